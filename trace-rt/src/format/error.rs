@@ -1,0 +1,37 @@
+use std::io;
+
+/// Everything that can go wrong reading or writing a trace file.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// The underlying file failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// The file does not start with the trace magic.
+    #[error("not a linetrace trace file (bad magic)")]
+    NotATrace,
+    /// The file is a trace of a version this reader does not know.
+    #[error("trace format version {found} is not supported (this linetrace reads version {supported})")]
+    UnsupportedVersion {
+        /// Version in the file.
+        found: u16,
+        /// Version this reader supports.
+        supported: u16,
+    },
+    /// The file is shorter than its header.
+    #[error("trace file is empty or cut off inside its header")]
+    NoHeader,
+    /// The first chunk is not the metadata chunk.
+    #[error("trace file has no metadata chunk (the recording died before writing anything)")]
+    NoMetadata,
+    /// A chunk failed a structural check.
+    #[error("corrupt chunk at byte offset {offset}: {what}")]
+    Corrupt {
+        /// Offset of the chunk header in the file.
+        offset: u64,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// The writer was given an event that refers to something undefined.
+    #[error("invalid event: {0}")]
+    InvalidEvent(String),
+}

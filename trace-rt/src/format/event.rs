@@ -1,0 +1,300 @@
+//! Binary encoding of [`Event`]s inside one events chunk, and of the site table.
+
+use super::varint::{Cursor, put_i64, put_u64};
+use super::{AccessKind, AllocKind, Allocation, Event, Site, SiteId, TruncationReason};
+
+const TAG_ACCESS: u8 = 1;
+const TAG_ACCESS_SIZED: u8 = 2;
+const TAG_CALL: u8 = 3;
+const TAG_TAIL_CALL: u8 = 4;
+const TAG_RETURN: u8 = 5;
+const TAG_ALLOC: u8 = 6;
+const TAG_INVOCATION_START: u8 = 7;
+const TAG_INVOCATION_END: u8 = 8;
+const TAG_THREAD_START: u8 = 9;
+const TAG_THREAD_EXIT: u8 = 10;
+const TAG_SIGNAL: u8 = 11;
+const TAG_STEPPED: u8 = 12;
+const TAG_TRUNCATED: u8 = 13;
+
+/// Per-site "previous address" state that restarts with every chunk.
+///
+/// A generation stamp per site avoids clearing the whole table at each chunk.
+#[derive(Default)]
+struct DeltaState {
+    last: Vec<u64>,
+    stamp: Vec<u32>,
+    generation: u32,
+}
+
+impl DeltaState {
+    fn restart(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Wrapped: stale stamps could alias the new generation.
+            self.stamp.iter_mut().for_each(|s| *s = u32::MAX);
+            self.generation = 1;
+        }
+    }
+
+    /// Returns the previous address of `site` in this chunk (0 if none) and
+    /// stores `addr` as the new one.
+    #[inline]
+    fn swap(&mut self, site: SiteId, addr: u64) -> u64 {
+        let i = site as usize;
+        if i >= self.last.len() {
+            self.last.resize(i + 1, 0);
+            self.stamp.resize(i + 1, 0);
+        }
+        let prev = if self.stamp[i] == self.generation { self.last[i] } else { 0 };
+        self.stamp[i] = self.generation;
+        self.last[i] = addr;
+        prev
+    }
+
+    /// Decoder side: applies `delta` to the previous address of `site`.
+    #[inline]
+    fn advance(&mut self, site: SiteId, delta: i64) -> u64 {
+        let i = site as usize;
+        let prev = if self.stamp.get(i) == Some(&self.generation) { self.last[i] } else { 0 };
+        let addr = prev.wrapping_add(delta as u64);
+        self.swap(site, addr);
+        addr
+    }
+}
+
+/// Encodes the events of one thread into raw (uncompressed) chunk payloads.
+///
+/// This is the piece a per-thread buffer in the traced process owns.
+#[derive(Default)]
+pub struct ChunkEncoder {
+    buf: Vec<u8>,
+    deltas: DeltaState,
+}
+
+impl ChunkEncoder {
+    /// An empty encoder.
+    pub fn new() -> Self {
+        let mut e = ChunkEncoder::default();
+        e.deltas.restart();
+        e
+    }
+
+    /// Bytes of raw payload buffered so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True when nothing is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Hands out the buffered payload and starts a new chunk.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.deltas.restart();
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Appends one event.
+    #[inline]
+    pub fn push(&mut self, event: &Event) {
+        let b = &mut self.buf;
+        match *event {
+            Event::Access { site, addr } => {
+                b.push(TAG_ACCESS);
+                put_u64(b, site.into());
+                let prev = self.deltas.swap(site, addr);
+                put_i64(b, addr.wrapping_sub(prev) as i64);
+            }
+            Event::AccessSized { site, addr, size } => {
+                b.push(TAG_ACCESS_SIZED);
+                put_u64(b, site.into());
+                let prev = self.deltas.swap(site, addr);
+                put_i64(b, addr.wrapping_sub(prev) as i64);
+                put_u64(b, size);
+            }
+            Event::Call { callsite, target, sp } => {
+                b.push(TAG_CALL);
+                put_u64(b, callsite);
+                put_u64(b, target);
+                put_u64(b, sp);
+            }
+            Event::TailCall { callsite, target, sp } => {
+                b.push(TAG_TAIL_CALL);
+                put_u64(b, callsite);
+                put_u64(b, target);
+                put_u64(b, sp);
+            }
+            Event::Return { sp } => {
+                b.push(TAG_RETURN);
+                put_u64(b, sp);
+            }
+            Event::Alloc(a) => {
+                b.push(TAG_ALLOC);
+                b.push(a.kind as u8);
+                put_u64(b, a.size);
+                put_u64(b, a.align);
+                put_u64(b, a.ptr_in);
+                put_u64(b, a.ptr_out);
+                put_u64(b, a.callsite);
+            }
+            Event::InvocationStart { index, pc, sp } => {
+                b.push(TAG_INVOCATION_START);
+                put_u64(b, index.into());
+                put_u64(b, pc);
+                put_u64(b, sp);
+            }
+            Event::InvocationEnd { index } => {
+                b.push(TAG_INVOCATION_END);
+                put_u64(b, index.into());
+            }
+            Event::ThreadStart { parent } => {
+                b.push(TAG_THREAD_START);
+                put_u64(b, parent.into());
+            }
+            Event::ThreadExit { status } => {
+                b.push(TAG_THREAD_EXIT);
+                put_i64(b, status.into());
+            }
+            Event::Signal { signo, pc, addr } => {
+                b.push(TAG_SIGNAL);
+                put_i64(b, signo.into());
+                put_u64(b, pc);
+                put_u64(b, addr);
+            }
+            Event::Stepped { count } => {
+                b.push(TAG_STEPPED);
+                put_u64(b, count);
+            }
+            Event::Truncated { reason } => {
+                b.push(TAG_TRUNCATED);
+                b.push(reason as u8);
+            }
+        }
+    }
+}
+
+/// Decodes the raw payload of one events chunk.
+#[derive(Default)]
+pub struct ChunkDecoder {
+    deltas: DeltaState,
+}
+
+impl ChunkDecoder {
+    /// A decoder with empty delta state.
+    pub fn new() -> Self {
+        ChunkDecoder::default()
+    }
+
+    /// Must be called before decoding each new chunk's payload.
+    pub fn start_chunk(&mut self) {
+        self.deltas.restart();
+    }
+
+    /// Decodes the next event from `c`. `sites` is the number of sites
+    /// defined so far: a reference past it is corruption. Returns an error
+    /// message on malformed input.
+    #[inline]
+    pub fn next(&mut self, c: &mut Cursor<'_>, sites: usize) -> Result<Event, &'static str> {
+        const CUT: &str = "event record cut short";
+        let tag = c.u8().ok_or(CUT)?;
+        let site_id = |c: &mut Cursor<'_>| -> Result<SiteId, &'static str> {
+            let s = c.u32().ok_or(CUT)?;
+            if (s as usize) < sites { Ok(s) } else { Err("access refers to an undefined site") }
+        };
+        let ev = match tag {
+            TAG_ACCESS | TAG_ACCESS_SIZED => {
+                let site = site_id(c)?;
+                let delta = c.i64().ok_or(CUT)?;
+                let addr = self.deltas.advance(site, delta);
+                if tag == TAG_ACCESS {
+                    Event::Access { site, addr }
+                } else {
+                    Event::AccessSized { site, addr, size: c.u64().ok_or(CUT)? }
+                }
+            }
+            TAG_CALL => Event::Call {
+                callsite: c.u64().ok_or(CUT)?,
+                target: c.u64().ok_or(CUT)?,
+                sp: c.u64().ok_or(CUT)?,
+            },
+            TAG_TAIL_CALL => Event::TailCall {
+                callsite: c.u64().ok_or(CUT)?,
+                target: c.u64().ok_or(CUT)?,
+                sp: c.u64().ok_or(CUT)?,
+            },
+            TAG_RETURN => Event::Return { sp: c.u64().ok_or(CUT)? },
+            TAG_ALLOC => Event::Alloc(Allocation {
+                kind: AllocKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown allocation kind")?,
+                size: c.u64().ok_or(CUT)?,
+                align: c.u64().ok_or(CUT)?,
+                ptr_in: c.u64().ok_or(CUT)?,
+                ptr_out: c.u64().ok_or(CUT)?,
+                callsite: c.u64().ok_or(CUT)?,
+            }),
+            TAG_INVOCATION_START => Event::InvocationStart {
+                index: c.u32().ok_or(CUT)?,
+                pc: c.u64().ok_or(CUT)?,
+                sp: c.u64().ok_or(CUT)?,
+            },
+            TAG_INVOCATION_END => Event::InvocationEnd { index: c.u32().ok_or(CUT)? },
+            TAG_THREAD_START => Event::ThreadStart { parent: c.u32().ok_or(CUT)? },
+            TAG_THREAD_EXIT => Event::ThreadExit {
+                status: i32::try_from(c.i64().ok_or(CUT)?).map_err(|_| "exit status out of range")?,
+            },
+            TAG_SIGNAL => Event::Signal {
+                signo: i32::try_from(c.i64().ok_or(CUT)?).map_err(|_| "signal number out of range")?,
+                pc: c.u64().ok_or(CUT)?,
+                addr: c.u64().ok_or(CUT)?,
+            },
+            TAG_STEPPED => Event::Stepped { count: c.u64().ok_or(CUT)? },
+            TAG_TRUNCATED => Event::Truncated {
+                reason: TruncationReason::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown truncation reason")?,
+            },
+            _ => return Err("unknown event tag"),
+        };
+        Ok(ev)
+    }
+}
+
+/// Encodes a list of sites as a raw `Sites` chunk payload.
+pub(crate) fn encode_sites(sites: &[Site]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(sites.len() * 8);
+    put_u64(&mut b, sites.len() as u64);
+    let mut prev_pc = 0u64;
+    for s in sites {
+        // Sites are mostly defined in code order: delta-code the pc.
+        put_i64(&mut b, s.pc.wrapping_sub(prev_pc) as i64);
+        prev_pc = s.pc;
+        b.push(s.len);
+        b.push(s.kind as u8);
+        put_u64(&mut b, s.size.into());
+        put_u64(&mut b, s.count.into());
+    }
+    b
+}
+
+/// Decodes a raw `Sites` chunk payload, appending to `out`.
+pub(crate) fn decode_sites(raw: &[u8], out: &mut Vec<Site>) -> Result<(), &'static str> {
+    const CUT: &str = "site table cut short";
+    let mut c = Cursor::new(raw);
+    let n = c.u64().ok_or(CUT)?;
+    // Every site takes at least 5 bytes: a larger count is corruption.
+    if n > raw.len() as u64 {
+        return Err("site count larger than the chunk");
+    }
+    let mut pc = 0u64;
+    for _ in 0..n {
+        pc = pc.wrapping_add(c.i64().ok_or(CUT)? as u64);
+        let len = c.u8().ok_or(CUT)?;
+        let kind = AccessKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown access kind")?;
+        let size = c.u32().ok_or(CUT)?;
+        let count = u16::try_from(c.u64().ok_or(CUT)?).map_err(|_| "element count out of range")?;
+        out.push(Site { pc, len, kind, size, count });
+    }
+    if !c.is_empty() {
+        return Err("trailing bytes after the site table");
+    }
+    Ok(())
+}

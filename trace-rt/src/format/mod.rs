@@ -1,0 +1,449 @@
+//! The linetrace trace file format, version 1.
+//!
+//! This module is a public contract between the recorders (`instrument`, and
+//! later the in-process runtime) and the `decoder`. Changing the byte layout
+//! means bumping [`VERSION`] and keeping a fixture of the old version in
+//! `trace-rt/tests/data/` that the reader still has to read.
+//!
+//! # Layout
+//!
+//! ```text
+//! file    := header chunk*
+//! header  := "LNTRACE\0" version:u16le flags:u16le reserved:u32le        (16 bytes)
+//! chunk   := "LTCK" kind:u8 reserved:[u8;3] thread:u32le
+//!            payload_len:u32le raw_len:u32le crc:u32le payload  (24 + payload_len)
+//! crc     := crc32(header bytes 4..20 ++ payload)  -- kind, thread and sizes are covered too
+//! payload := zstd(raw)   -- each chunk is compressed on its own
+//! ```
+//!
+//! Chunk kinds ([`ChunkKind`]):
+//! - `Metadata` (always the first chunk): JSON [`Metadata`] — argv, executable,
+//!   build-id, backend, line size, clock.
+//! - `Modules`: JSON list of [`Module`]s (path, build-id, mapped ranges and
+//!   file offsets), so PIE, ASLR and shared libraries can be symbolized later.
+//!   Several such chunks may appear (libraries loaded late); later ones add.
+//! - `Sites`: the static site table, a list of [`Site`]s (pc, instruction
+//!   length, access kind, access size, element count). Site ids are assigned
+//!   in order of definition across the whole file, starting at 0. A site is
+//!   always defined in a chunk *before* the first events chunk that uses it.
+//! - `Events`: the dynamic events of one thread (`thread` in the chunk header),
+//!   encoded as in [`Event`]'s documentation.
+//! - `End`: JSON [`Trailer`] — how the target ended, and whether the recording
+//!   was cut short. Its absence means the recorder died before finishing.
+//!
+//! # Event encoding
+//!
+//! A raw events payload is a sequence of records `tag:u8 field*`, each field a
+//! LEB128 varint (signed fields zig-zag). Access addresses are stored as the
+//! delta to the previous address *of the same site within the same chunk*
+//! (the first use of a site in a chunk is a delta from 0), so a loop that
+//! strides through an array produces a few identical bytes per access, which
+//! zstd then folds to well under one byte. Because the delta state restarts in
+//! every chunk, every chunk decodes on its own.
+//!
+//! # Robustness
+//!
+//! A file cut anywhere (crash, `kill -9`) reads up to its last complete chunk
+//! and [`TraceReader::end`] says it was truncated. A chunk whose checksum does
+//! not match, or whose payload does not decode, is an error
+//! ([`FormatError`]). Sizes in chunk headers are capped ([`MAX_CHUNK_BYTES`])
+//! so a corrupt header cannot make the reader allocate gigabytes.
+
+mod error;
+mod event;
+mod reader;
+mod writer;
+
+pub mod varint;
+
+pub use error::FormatError;
+pub use event::{ChunkDecoder, ChunkEncoder};
+pub use reader::{Record, TraceEnd, TraceReader};
+pub use writer::TraceWriter;
+
+use serde::{Deserialize, Serialize};
+
+/// First eight bytes of every trace file.
+pub const MAGIC: [u8; 8] = *b"LNTRACE\0";
+/// Format version written by this crate.
+pub const VERSION: u16 = 1;
+/// Size of the file header in bytes.
+pub const HEADER_LEN: usize = 16;
+/// Magic that starts every chunk.
+pub const CHUNK_MAGIC: [u8; 4] = *b"LTCK";
+/// Size of a chunk header in bytes.
+pub const CHUNK_HEADER_LEN: usize = 24;
+/// Upper bound on both the compressed and the raw size of one chunk.
+pub const MAX_CHUNK_BYTES: u32 = 64 << 20;
+/// Cache line size used when nothing else is configured.
+pub const DEFAULT_LINE_SIZE: u32 = 64;
+
+/// CRC-32 over the chunk header fields after the magic and before the CRC,
+/// then the payload: a flipped thread id or kind is caught like a flipped
+/// payload byte.
+fn chunk_checksum(header: &[u8; CHUNK_HEADER_LEN], payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&header[4..20]);
+    h.update(payload);
+    h.finalize()
+}
+
+/// Index of a [`Site`] in the file's site table.
+pub type SiteId = u32;
+/// Kernel thread id of the thread an event belongs to.
+pub type ThreadId = u32;
+
+/// What a chunk carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ChunkKind {
+    /// JSON [`Metadata`].
+    Metadata = 1,
+    /// JSON list of [`Module`]s.
+    Modules = 2,
+    /// Encoded list of [`Site`]s.
+    Sites = 3,
+    /// Encoded [`Event`]s of one thread.
+    Events = 4,
+    /// JSON [`Trailer`].
+    End = 5,
+}
+
+impl ChunkKind {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => ChunkKind::Metadata,
+            2 => ChunkKind::Modules,
+            3 => ChunkKind::Sites,
+            4 => ChunkKind::Events,
+            5 => ChunkKind::End,
+            _ => return None,
+        })
+    }
+}
+
+/// Facts about the recording, written once at the start of the file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// Command line of the traced program, `argv[0]` first.
+    pub argv: Vec<String>,
+    /// Absolute path of the traced executable.
+    pub executable: String,
+    /// GNU build-id of the executable, lowercase hex, if it has one.
+    pub build_id: Option<String>,
+    /// Which tracer produced the file, e.g. `ptrace-singlestep`.
+    pub backend: String,
+    /// Cache line size in bytes the recorder assumed (decoders may override).
+    pub line_size: u32,
+    /// What orders events: `instructions` means events of a thread are in
+    /// program order and no wall-clock timestamps are recorded.
+    pub clock: String,
+    /// Name of the traced function as the user gave it, resolved symbol.
+    pub function: Option<String>,
+    /// Process id of the traced program.
+    pub pid: u32,
+    /// Wall-clock start of the recording, milliseconds since the Unix epoch.
+    pub start_unix_ms: u64,
+}
+
+impl Metadata {
+    /// Metadata with defaults for everything but the backend name.
+    pub fn new(backend: &str) -> Self {
+        Metadata {
+            argv: Vec::new(),
+            executable: String::new(),
+            build_id: None,
+            backend: backend.to_string(),
+            line_size: DEFAULT_LINE_SIZE,
+            clock: "instructions".to_string(),
+            function: None,
+            pid: 0,
+            start_unix_ms: 0,
+        }
+    }
+}
+
+/// One file mapped into the traced process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Module {
+    /// Path of the mapped file (as in `/proc/PID/maps`).
+    pub path: String,
+    /// GNU build-id of the file, lowercase hex.
+    pub build_id: Option<String>,
+    /// Every mapping of this file.
+    pub ranges: Vec<MappedRange>,
+}
+
+/// One mapping of a module: `[start, end)` in the process maps the file from
+/// `file_offset` on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappedRange {
+    /// First mapped address.
+    pub start: u64,
+    /// One past the last mapped address.
+    pub end: u64,
+    /// File offset mapped at `start`.
+    pub file_offset: u64,
+    /// Permissions as in `/proc/PID/maps`, e.g. `r-xp`.
+    pub perms: String,
+}
+
+/// How an instruction touches memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum AccessKind {
+    /// Loads only.
+    Read = 0,
+    /// Stores only.
+    Write = 1,
+    /// Loads and stores the same bytes (read-modify-write).
+    Modify = 2,
+}
+
+impl AccessKind {
+    /// True for kinds that load (reads and read-modify-writes).
+    pub fn reads(self) -> bool {
+        matches!(self, AccessKind::Read | AccessKind::Modify)
+    }
+
+    /// True for kinds that store.
+    pub fn writes(self) -> bool {
+        matches!(self, AccessKind::Write | AccessKind::Modify)
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => AccessKind::Read,
+            1 => AccessKind::Write,
+            2 => AccessKind::Modify,
+            _ => return None,
+        })
+    }
+}
+
+/// A static memory-access site: one memory operand of one instruction.
+///
+/// An instruction with several memory operands (`push [rax]`, `movs`) has one
+/// site per operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Site {
+    /// Address of the instruction in the traced process.
+    pub pc: u64,
+    /// Length of the instruction in bytes.
+    pub len: u8,
+    /// Whether it reads, writes or both.
+    pub kind: AccessKind,
+    /// Bytes accessed per element.
+    pub size: u32,
+    /// Elements per execution (gathers and scatters have several, each with
+    /// its own address and its own access event; everything else has 1).
+    pub count: u16,
+}
+
+/// The allocator entry point (or system call) an [`Allocation`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum AllocKind {
+    /// `malloc(size)`.
+    Malloc = 0,
+    /// `calloc(n, size)`; `size` is the product.
+    Calloc = 1,
+    /// `realloc(ptr_in, size)`.
+    Realloc = 2,
+    /// `free(ptr_in)`.
+    Free = 3,
+    /// `posix_memalign(&ptr_out, align, size)`.
+    PosixMemalign = 4,
+    /// `aligned_alloc(align, size)`.
+    AlignedAlloc = 5,
+    /// `memalign(align, size)`.
+    Memalign = 6,
+    /// The `mmap` system call; `ptr_in` is the address hint.
+    Mmap = 7,
+    /// The `munmap` system call.
+    Munmap = 8,
+}
+
+impl AllocKind {
+    /// Every kind, in tag order.
+    pub const ALL: [AllocKind; 9] = [
+        AllocKind::Malloc,
+        AllocKind::Calloc,
+        AllocKind::Realloc,
+        AllocKind::Free,
+        AllocKind::PosixMemalign,
+        AllocKind::AlignedAlloc,
+        AllocKind::Memalign,
+        AllocKind::Mmap,
+        AllocKind::Munmap,
+    ];
+
+    /// The C name of the entry point.
+    pub fn name(self) -> &'static str {
+        match self {
+            AllocKind::Malloc => "malloc",
+            AllocKind::Calloc => "calloc",
+            AllocKind::Realloc => "realloc",
+            AllocKind::Free => "free",
+            AllocKind::PosixMemalign => "posix_memalign",
+            AllocKind::AlignedAlloc => "aligned_alloc",
+            AllocKind::Memalign => "memalign",
+            AllocKind::Mmap => "mmap",
+            AllocKind::Munmap => "munmap",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<Self> {
+        Self::ALL.get(usize::from(v)).copied()
+    }
+}
+
+/// One allocator call, run natively, with its arguments and result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Allocation {
+    /// Which entry point.
+    pub kind: AllocKind,
+    /// Requested size in bytes (0 for `free`).
+    pub size: u64,
+    /// Requested alignment (0 when the call takes none).
+    pub align: u64,
+    /// Pointer passed in (`realloc`, `free`, `munmap`, `mmap` hint), else 0.
+    pub ptr_in: u64,
+    /// Pointer returned (0 on failure and for `free`).
+    pub ptr_out: u64,
+    /// Address of the call instruction that reached the allocator.
+    pub callsite: u64,
+}
+
+/// Why a recording stopped before the target finished on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum TruncationReason {
+    /// linetrace got SIGINT or SIGTERM and killed the target.
+    Interrupted = 0,
+    /// The target was killed from outside while being traced.
+    TargetKilled = 1,
+    /// The recorder hit an internal limit or error and stopped recording.
+    RecorderStopped = 2,
+}
+
+impl TruncationReason {
+    fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => TruncationReason::Interrupted,
+            1 => TruncationReason::TargetKilled,
+            2 => TruncationReason::RecorderStopped,
+            _ => return None,
+        })
+    }
+}
+
+/// A dynamic event of one thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// One execution of one element of a site: `site.size` bytes at `addr`.
+    /// Gathers and scatters emit one event per element.
+    Access {
+        /// The site executed.
+        site: SiteId,
+        /// Effective address.
+        addr: u64,
+    },
+    /// An execution of a site whose size is only known at run time
+    /// (`rep movs`/`stos`/...: one access over the whole range; `addr` is the
+    /// lowest address whatever the direction flag).
+    AccessSized {
+        /// The site executed.
+        site: SiteId,
+        /// Lowest address of the range.
+        addr: u64,
+        /// Bytes in the range.
+        size: u64,
+    },
+    /// A `call` executed.
+    Call {
+        /// Address of the call instruction.
+        callsite: u64,
+        /// Where it went.
+        target: u64,
+        /// Stack pointer after the call (points at the return address).
+        sp: u64,
+    },
+    /// A `jmp` to the first instruction of a function.
+    TailCall {
+        /// Address of the jump.
+        callsite: u64,
+        /// Where it went.
+        target: u64,
+        /// Stack pointer after the jump.
+        sp: u64,
+    },
+    /// A `ret` executed (or an allocator call returned natively).
+    Return {
+        /// Stack pointer after the return.
+        sp: u64,
+    },
+    /// An allocator call or memory-mapping system call.
+    Alloc(Allocation),
+    /// The traced function was entered: invocation `index` starts.
+    InvocationStart {
+        /// 0-based invocation number across the whole recording.
+        index: u32,
+        /// Entry address of the function.
+        pc: u64,
+        /// Stack pointer at entry (points at the return address).
+        sp: u64,
+    },
+    /// Invocation `index` returned to its caller.
+    InvocationEnd {
+        /// The invocation that ended.
+        index: u32,
+    },
+    /// The thread appeared.
+    ThreadStart {
+        /// Thread that created it (0 if unknown or the initial thread).
+        parent: ThreadId,
+    },
+    /// The thread exited.
+    ThreadExit {
+        /// Exit status, or the negated signal number that killed it.
+        status: i32,
+    },
+    /// A signal was delivered to the thread while it was traced.
+    Signal {
+        /// Signal number.
+        signo: i32,
+        /// Instruction the thread was at.
+        pc: u64,
+        /// Faulting address (`si_addr`) for faults, else 0.
+        addr: u64,
+    },
+    /// `count` more instructions were single-stepped on this thread.
+    Stepped {
+        /// Instructions since the previous `Stepped` event of the thread.
+        count: u64,
+    },
+    /// Recording of this thread stopped early.
+    Truncated {
+        /// Why.
+        reason: TruncationReason,
+    },
+}
+
+/// How the traced program ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetExit {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+/// The last chunk of a finished recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trailer {
+    /// How the target ended, if it did.
+    pub exit: Option<TargetExit>,
+    /// Set when recording stopped before the target finished on its own.
+    pub truncated: Option<TruncationReason>,
+}

@@ -1,0 +1,108 @@
+//! LEB128 variable-length integers, the building block of event records.
+
+/// Appends `value` as unsigned LEB128.
+#[inline]
+pub fn put_u64(buf: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        buf.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    buf.push(value as u8);
+}
+
+/// Appends `value` zig-zag encoded, so small negative deltas stay short.
+#[inline]
+pub fn put_i64(buf: &mut Vec<u8>, value: i64) {
+    put_u64(buf, ((value << 1) ^ (value >> 63)) as u64);
+}
+
+/// A cursor over an event payload. Every read is bounds-checked: a corrupt
+/// payload yields `None`, never a panic.
+pub struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// Starts reading at the beginning of `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Cursor { bytes, pos: 0 }
+    }
+
+    /// True once every byte was consumed.
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.bytes.len()
+    }
+
+    /// Current offset inside the payload.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Reads one raw byte.
+    #[inline]
+    pub fn u8(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+
+    /// Reads an unsigned LEB128 value of at most 10 bytes.
+    #[inline]
+    pub fn u64(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.u8()?;
+            if shift == 63 && b > 1 {
+                return None; // overflows 64 bits
+            }
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    /// Reads a zig-zag encoded signed value.
+    #[inline]
+    pub fn i64(&mut self) -> Option<i64> {
+        let v = self.u64()?;
+        Some(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    /// Reads an unsigned value that must fit in 32 bits.
+    #[inline]
+    pub fn u32(&mut self) -> Option<u32> {
+        u32::try_from(self.u64()?).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_edge_values() {
+        let values = [0u64, 1, 127, 128, 16383, 16384, u32::MAX as u64, u64::MAX];
+        let mut buf = Vec::new();
+        for &v in &values {
+            put_u64(&mut buf, v);
+            put_i64(&mut buf, v as i64);
+        }
+        let mut c = Cursor::new(&buf);
+        for &v in &values {
+            assert_eq!(c.u64(), Some(v));
+            assert_eq!(c.i64(), Some(v as i64));
+        }
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn rejects_overlong_and_cut_values() {
+        assert_eq!(Cursor::new(&[0x80, 0x80]).u64(), None);
+        assert_eq!(Cursor::new(&[0xff; 11]).u64(), None);
+        assert_eq!(Cursor::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]).u64(), None);
+        assert_eq!(Cursor::new(&[0x80, 0x80, 0x80, 0x80, 0x10]).u32(), None);
+    }
+}

@@ -1,0 +1,168 @@
+//! Writing trace files.
+
+use std::io::Write;
+
+use super::event::encode_sites;
+use super::{
+    CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
+    Site, SiteId, ThreadId, Trailer, VERSION,
+};
+
+/// Raw bytes buffered per thread before its chunk is compressed and written.
+const DEFAULT_CHUNK_TARGET: usize = 1 << 20;
+/// zstd level: 3 is zstd's default; trace data compresses well at it, and
+/// higher levels cost the recorder time it does not have.
+const ZSTD_LEVEL: i32 = 3;
+
+/// Writes a trace file chunk by chunk.
+///
+/// Events are buffered per thread and written as one compressed chunk when a
+/// thread's buffer reaches the chunk target, on [`TraceWriter::flush`], and on
+/// [`TraceWriter::finish`]. Sites and modules added since the last chunk are
+/// always written before the events that may refer to them.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    threads: Vec<(ThreadId, ChunkEncoder)>,
+    sites_defined: u32,
+    pending_sites: Vec<Site>,
+    pending_modules: Vec<Module>,
+    chunk_target: usize,
+    bytes_written: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts a trace: writes the file header and the metadata chunk.
+    pub fn new(mut out: W, metadata: &Metadata) -> Result<Self, FormatError> {
+        let mut header = [0u8; HEADER_LEN];
+        header[..8].copy_from_slice(&MAGIC);
+        header[8..10].copy_from_slice(&VERSION.to_le_bytes());
+        out.write_all(&header)?;
+        let mut w = TraceWriter {
+            out,
+            threads: Vec::new(),
+            sites_defined: 0,
+            pending_sites: Vec::new(),
+            pending_modules: Vec::new(),
+            chunk_target: DEFAULT_CHUNK_TARGET,
+            bytes_written: HEADER_LEN as u64,
+        };
+        let json = serde_json::to_vec(metadata).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+        w.write_chunk(ChunkKind::Metadata, 0, &json)?;
+        Ok(w)
+    }
+
+    /// Sets how many raw bytes a thread buffers before a chunk is written
+    /// (smaller chunks lose less on a crash, larger ones compress better).
+    pub fn set_chunk_target(&mut self, bytes: usize) {
+        self.chunk_target = bytes.clamp(1, MAX_CHUNK_BYTES as usize / 2);
+    }
+
+    /// Bytes written to the output so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Defines a new site and returns its id.
+    pub fn add_site(&mut self, site: Site) -> SiteId {
+        self.pending_sites.push(site);
+        self.sites_defined += 1;
+        self.sites_defined - 1
+    }
+
+    /// Number of sites defined so far.
+    pub fn site_count(&self) -> u32 {
+        self.sites_defined
+    }
+
+    /// Records modules mapped into the target.
+    pub fn add_modules(&mut self, modules: &[Module]) {
+        self.pending_modules.extend_from_slice(modules);
+    }
+
+    /// Appends an event of thread `thread`.
+    #[inline]
+    pub fn push(&mut self, thread: ThreadId, event: &Event) -> Result<(), FormatError> {
+        let i = match self.threads.iter().position(|(t, _)| *t == thread) {
+            Some(i) => i,
+            None => {
+                self.threads.push((thread, ChunkEncoder::new()));
+                self.threads.len() - 1
+            }
+        };
+        if let Event::Access { site, .. } | Event::AccessSized { site, .. } = *event {
+            if site >= self.sites_defined {
+                return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
+            }
+        }
+        self.threads[i].1.push(event);
+        if self.threads[i].1.len() >= self.chunk_target {
+            self.flush_definitions()?;
+            let raw = self.threads[i].1.take();
+            self.write_chunk(ChunkKind::Events, thread, &raw)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every buffered event as chunks and flushes the output, so that
+    /// everything pushed so far survives the recorder being killed.
+    pub fn flush(&mut self) -> Result<(), FormatError> {
+        self.flush_definitions()?;
+        for i in 0..self.threads.len() {
+            if !self.threads[i].1.is_empty() {
+                let thread = self.threads[i].0;
+                let raw = self.threads[i].1.take();
+                self.write_chunk(ChunkKind::Events, thread, &raw)?;
+            }
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Flushes everything, writes the end chunk and returns the output.
+    pub fn finish(mut self, trailer: &Trailer) -> Result<W, FormatError> {
+        self.flush()?;
+        let json = serde_json::to_vec(trailer).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+        self.write_chunk(ChunkKind::End, 0, &json)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    fn flush_definitions(&mut self) -> Result<(), FormatError> {
+        if !self.pending_modules.is_empty() {
+            let json =
+                serde_json::to_vec(&self.pending_modules).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+            self.pending_modules.clear();
+            self.write_chunk(ChunkKind::Modules, 0, &json)?;
+        }
+        if !self.pending_sites.is_empty() {
+            let raw = encode_sites(&self.pending_sites);
+            self.pending_sites.clear();
+            self.write_chunk(ChunkKind::Sites, 0, &raw)?;
+        }
+        Ok(())
+    }
+
+    fn write_chunk(&mut self, kind: ChunkKind, thread: ThreadId, raw: &[u8]) -> Result<(), FormatError> {
+        let payload = zstd::bulk::compress(raw, ZSTD_LEVEL)?;
+        let too_big = |n: usize| u32::try_from(n).ok().filter(|&n| n <= MAX_CHUNK_BYTES).is_none();
+        if too_big(raw.len()) || too_big(payload.len()) {
+            return Err(FormatError::InvalidEvent(format!("chunk of {} bytes exceeds the format limit", raw.len())));
+        }
+        let mut header = [0u8; super::CHUNK_HEADER_LEN];
+        header[..4].copy_from_slice(&CHUNK_MAGIC);
+        header[4] = kind as u8;
+        header[8..12].copy_from_slice(&thread.to_le_bytes());
+        header[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[16..20].copy_from_slice(&(raw.len() as u32).to_le_bytes());
+        let crc = super::chunk_checksum(&header, &payload);
+        header[20..24].copy_from_slice(&crc.to_le_bytes());
+        // One write per chunk: a recorder killed mid-write leaves at most the
+        // last chunk incomplete, and the reader stops cleanly before it.
+        let mut whole = Vec::with_capacity(header.len() + payload.len());
+        whole.extend_from_slice(&header);
+        whole.extend_from_slice(&payload);
+        self.out.write_all(&whole)?;
+        self.bytes_written += whole.len() as u64;
+        Ok(())
+    }
+}
