@@ -1,1 +1,105 @@
-//! placeholder
+//! The tracers of linetrace.
+//!
+//! Today this is the ptrace single-step backend: it launches a program,
+//! stops at the function to trace, single-steps the thread that entered it
+//! through the whole dynamic extent of the call (callees included), and
+//! writes a trace in the [`trace_rt::format`] format.
+//!
+//! Design constraints:
+//! - Per step the loop makes exactly three system calls (step, wait, get
+//!   registers); decoding happens once per distinct pc and is cached.
+//! - Allocator calls (`malloc`, `calloc`, `realloc`, `free`,
+//!   `posix_memalign`, `aligned_alloc`, `memalign`) are run natively and
+//!   recorded with their arguments and result; the allocator's own loads
+//!   stay out of the trace.
+//! - Only the thread that entered the function is stepped; other threads
+//!   run freely (an invocation that starts on another thread while one is
+//!   being stepped is not traced).
+//! - Whatever happens to the target (crash, kill) or to the recorder (SIGINT,
+//!   SIGTERM), the trace file stays readable: events are flushed at least once
+//!   a second and the reader stops cleanly at the last complete chunk.
+//!
+//! ```no_run
+//! let summary = instrument::record(instrument::RecordOptions {
+//!     program: "./array_sweep".into(),
+//!     args: vec![],
+//!     function: Some("work".into()),
+//!     output: "work.lntrace".into(),
+//!     max_invocations: None,
+//!     progress: None,
+//! })?;
+//! println!("{} reads and writes", summary.accesses);
+//! # Ok::<(), instrument::InstrumentError>(())
+//! ```
+
+mod decode;
+mod error;
+pub mod interrupt;
+mod maps;
+pub mod symbols;
+pub mod sys;
+mod tracer;
+mod vector;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use error::InstrumentError;
+pub use trace_rt::format::{TargetExit, TruncationReason};
+
+/// What to record.
+pub struct RecordOptions {
+    /// The program, as a path or a name looked up in `PATH`.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Function to trace (default `main`): exact name, demangled name, or a
+    /// unique substring.
+    pub function: Option<String>,
+    /// Trace file to write.
+    pub output: PathBuf,
+    /// Trace at most this many invocations (default: all).
+    pub max_invocations: Option<u32>,
+    /// Called about once a second while stepping.
+    pub progress: Option<Box<dyn FnMut(&Progress)>>,
+}
+
+/// Progress of a running recording.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Instructions single-stepped so far.
+    pub instructions: u64,
+    /// Memory accesses recorded so far.
+    pub accesses: u64,
+    /// Invocations of the function seen so far.
+    pub invocations: u32,
+    /// Time since the target started.
+    pub elapsed: Duration,
+}
+
+/// The outcome of a recording.
+#[derive(Clone, Debug)]
+pub struct RecordSummary {
+    /// How the target ended.
+    pub exit: TargetExit,
+    /// Set if the recording was cut short.
+    pub truncated: Option<TruncationReason>,
+    /// The function traced (demangled).
+    pub function: String,
+    /// Instructions single-stepped.
+    pub instructions: u64,
+    /// Memory accesses recorded.
+    pub accesses: u64,
+    /// Invocations traced.
+    pub invocations: u32,
+    /// Size of the trace file.
+    pub trace_bytes: u64,
+    /// Wall-clock time of the whole run.
+    pub elapsed: Duration,
+}
+
+/// Records a trace of `options.program` with the ptrace single-step backend.
+pub fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
+    tracer::record(options)
+}

@@ -1,0 +1,36 @@
+/* (d) malloc/realloc/free churn with a fixed, known sequence.
+ * Trace `churn`. The sequence (sizes and order) is what the tests expect:
+ *   malloc(24) malloc(100) calloc(10, 16) realloc(p1, 200) free(p0)
+ *   malloc(4000) posix_memalign(64, 256) aligned_alloc(128, 512) free(p1')
+ *   free(p2) free(p3) free(p4) free(p5)
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((noinline)) long churn(void) {
+    char *p0 = malloc(24);
+    char *p1 = malloc(100);
+    char *p2 = calloc(10, 16);
+    memset(p0, 1, 24);
+    memset(p1, 2, 100);
+    p1 = realloc(p1, 200);
+    free(p0);
+    char *p3 = malloc(4000);
+    void *p4 = NULL;
+    if (posix_memalign(&p4, 64, 256) != 0) return -1;
+    char *p5 = aligned_alloc(128, 512);
+    long sum = p1[99] + p2[5] + (p3 != NULL) + (p5 != NULL);
+    free(p1);
+    free(p2);
+    free(p3);
+    free(p4);
+    free(p5);
+    return sum;
+}
+
+int main(void) {
+    printf("churn=%ld\n", churn());
+    return 0;
+}

@@ -1,0 +1,758 @@
+//! The ptrace single-step backend: launches the target, stops it at the
+//! traced function, single-steps that thread through the function's dynamic
+//! extent and writes every memory access, call, return and allocation.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use iced_x86::{FlowControl, InstructionInfoFactory};
+use trace_rt::format::{
+    AllocKind, Allocation, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason,
+};
+
+use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
+use crate::error::ptrace_err;
+use crate::maps;
+use crate::symbols::ElfSymbols;
+use crate::sys::{self, Regs, Stop, Tid};
+use crate::{InstrumentError, Progress, RecordOptions, RecordSummary, interrupt};
+
+const INT3: u8 = 0xcc;
+const SYS_MMAP: u64 = 9;
+const SYS_MUNMAP: u64 = 11;
+/// How often buffered events are written out, so that a `kill -9` of the
+/// recorder loses at most this much.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Steps between clock checks (the clock is cheap, but not free).
+const CLOCK_CHECK_STEPS: u64 = 4096;
+
+/// A software breakpoint: the byte it replaced.
+#[derive(Clone, Copy)]
+struct Breakpoint {
+    addr: u64,
+    original: u8,
+}
+
+impl Breakpoint {
+    fn insert(tid: Tid, addr: u64) -> Result<Self, InstrumentError> {
+        let word = sys::peek(tid, addr).map_err(ptrace_err("reading code for a breakpoint"))?;
+        sys::poke(tid, addr, (word & !0xff) | u64::from(INT3)).map_err(ptrace_err("inserting a breakpoint"))?;
+        Ok(Breakpoint { addr, original: word as u8 })
+    }
+
+    fn remove(self, tid: Tid) -> Result<(), InstrumentError> {
+        let word = sys::peek(tid, self.addr).map_err(ptrace_err("reading code for a breakpoint"))?;
+        sys::poke(tid, self.addr, (word & !0xff) | u64::from(self.original))
+            .map_err(ptrace_err("removing a breakpoint"))
+    }
+}
+
+/// How one traced invocation ended.
+enum InvocationEnd {
+    /// It returned to its caller.
+    Returned,
+    /// The traced thread exited inside it.
+    ThreadGone,
+    /// The whole process ended inside it.
+    ProcessGone(TargetExit),
+    /// The user interrupted the recording.
+    Interrupted,
+}
+
+/// A rep-string instruction being stepped: one iteration per step, recorded
+/// as one access over the whole range once it completes.
+struct RepInProgress {
+    pc: u64,
+    start_addrs: Vec<u64>,
+    count: u64,
+    direction_down: bool,
+}
+
+struct Tracer {
+    pid: Tid,
+    writer: TraceWriter<BufWriter<File>>,
+    entry: u64,
+    entry_bp: Option<Breakpoint>,
+    max_invocations: Option<u32>,
+    invocations: u32,
+    allocator_entries: HashMap<u64, AllocKind>,
+    function_starts: HashSet<u64>,
+    code: HashMap<u64, DecodedInstruction>,
+    factory: InstructionInfoFactory,
+    modules_loaded: bool,
+    known_threads: HashSet<Tid>,
+    awaiting_initial_stop: HashSet<Tid>,
+    instructions: u64,
+    unflushed_steps: u64,
+    accesses: u64,
+    last_callsite: u64,
+    started: Instant,
+    last_flush: Instant,
+    progress: Option<Box<dyn FnMut(&Progress)>>,
+    scratch: Vec<(u32, u64)>,
+}
+
+pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
+    let exe = resolve_program(&options.program)?;
+    let symbols = ElfSymbols::load(&exe)?;
+    let function_name = options.function.clone().unwrap_or_else(|| "main".to_string());
+    let function = symbols.resolve(&function_name, &exe)?.clone();
+
+    let file = File::create(&options.output)
+        .map_err(|e| InstrumentError::Io { path: options.output.clone(), source: e })?;
+    let pid = spawn(&exe, &options)?;
+    interrupt::set_target(pid);
+    if interrupt::requested() {
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+
+    let mut metadata = Metadata::new("ptrace-singlestep");
+    metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
+        .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
+        .collect();
+    metadata.executable = exe.to_string_lossy().into_owned();
+    metadata.build_id = symbols.build_id.clone();
+    metadata.function = Some(function.demangled.clone());
+    metadata.pid = pid as u32;
+    metadata.start_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
+
+    let modules = maps::read_maps(pid).map_err(ptrace_err("reading the target's memory map"))?;
+    let exe_module = maps::find_module(&modules, &exe).ok_or_else(|| InstrumentError::NotMapped(exe.clone()))?;
+    let bias = if symbols.position_independent {
+        maps::base_address(exe_module).unwrap_or(0).wrapping_sub(symbols.first_segment_address)
+    } else {
+        0
+    };
+    let entry = function.address.wrapping_add(bias);
+
+    let mut tracer = Tracer {
+        pid,
+        writer,
+        entry,
+        entry_bp: None,
+        max_invocations: options.max_invocations,
+        invocations: 0,
+        allocator_entries: HashMap::new(),
+        function_starts: HashSet::new(),
+        code: HashMap::new(),
+        factory: InstructionInfoFactory::new(),
+        modules_loaded: false,
+        known_threads: HashSet::from([pid]),
+        awaiting_initial_stop: HashSet::new(),
+        instructions: 0,
+        unflushed_steps: 0,
+        accesses: 0,
+        last_callsite: 0,
+        started: Instant::now(),
+        last_flush: Instant::now(),
+        progress: options.progress,
+        scratch: Vec::new(),
+    };
+    if tracer.max_invocations != Some(0) {
+        tracer.entry_bp = Some(Breakpoint::insert(pid, entry)?);
+    }
+    sys::resume(pid, 0).map_err(ptrace_err("starting the target"))?;
+    let (exit, truncated) = tracer.run()?;
+    interrupt::set_target(0);
+    tracer.flush_steps()?;
+    let trace_bytes = {
+        let trailer = Trailer { exit, truncated };
+        let w = tracer.writer.finish(&trailer)?;
+        let file = w.into_inner().map_err(|e| InstrumentError::Io { path: options.output.clone(), source: e.into_error() })?;
+        file.metadata().map(|m| m.len()).unwrap_or(0)
+    };
+    Ok(RecordSummary {
+        exit: exit.unwrap_or(TargetExit::Signal(libc::SIGKILL)),
+        truncated,
+        function: function.demangled,
+        instructions: tracer.instructions,
+        accesses: tracer.accesses,
+        invocations: tracer.invocations,
+        trace_bytes,
+        elapsed: tracer.started.elapsed(),
+    })
+}
+
+/// Finds the executable the way `execvp` would.
+fn resolve_program(program: &Path) -> Result<PathBuf, InstrumentError> {
+    let not_found = || InstrumentError::Spawn {
+        program: program.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file (or not in PATH)"),
+    };
+    if program.as_os_str().is_empty() {
+        return Err(not_found());
+    }
+    if program.components().count() > 1 || program.is_absolute() {
+        return if program.is_file() { Ok(program.canonicalize().unwrap_or_else(|_| program.to_path_buf())) } else { Err(not_found()) };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(not_found)
+}
+
+fn spawn(exe: &Path, options: &RecordOptions) -> Result<Tid, InstrumentError> {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg0(&options.program).args(&options.args);
+    // Resolve every PLT slot at load time: otherwise the first call through
+    // each slot single-steps the dynamic linker's resolver, which is slow and
+    // shows up as reads that are not the program's.
+    cmd.env("LD_BIND_NOW", "1");
+    // SAFETY: the closure only makes the PTRACE_TRACEME system call, which is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| sys::traceme());
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| InstrumentError::Spawn { program: options.program.display().to_string(), source: e })?;
+    let pid = child.id() as Tid;
+    // The child stops with SIGTRAP right after exec.
+    match sys::wait(pid).map_err(ptrace_err("waiting for the target to start"))? {
+        (_, Stop::Signal { signo: libc::SIGTRAP, .. }) => {}
+        (_, other) => {
+            return Err(InstrumentError::Ptrace {
+                what: "starting the target",
+                source: std::io::Error::other(format!("unexpected first stop {other:?}")),
+            });
+        }
+    }
+    let opts = libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_EXITKILL | libc::PTRACE_O_TRACEEXEC;
+    sys::set_options(pid, opts).map_err(ptrace_err("setting ptrace options"))?;
+    Ok(pid)
+}
+
+impl Tracer {
+    /// The main loop while no thread is being stepped: every thread runs
+    /// natively until one hits the entry breakpoint.
+    fn run(&mut self) -> Result<(Option<TargetExit>, Option<TruncationReason>), InstrumentError> {
+        let mut truncated = None;
+        loop {
+            if interrupt::requested() && truncated.is_none() {
+                truncated = Some(TruncationReason::Interrupted);
+                // SAFETY: plain kill(2) of our own child.
+                unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            }
+            let (tid, stop) = match sys::wait(-1) {
+                Ok(s) => s,
+                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok((None, truncated)),
+                Err(e) => return Err(ptrace_err("waiting for the target")(e)),
+            };
+            if let Some(exit) = self.on_process_exit(tid, stop) {
+                return Ok((Some(exit), truncated));
+            }
+            if let Stop::Signal { signo: libc::SIGTRAP, event: 0 } = stop {
+                let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                if let Some(bp) = self.entry_bp.filter(|bp| regs.rip.wrapping_sub(1) == bp.addr) {
+                    bp.remove(tid)?;
+                    self.entry_bp = None;
+                    regs.rip = bp.addr;
+                    sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding to the entry"))?;
+                    match self.trace_invocation(tid, regs)? {
+                        InvocationEnd::Returned | InvocationEnd::ThreadGone => {}
+                        InvocationEnd::ProcessGone(exit) => return Ok((Some(exit), truncated)),
+                        InvocationEnd::Interrupted => continue,
+                    }
+                    self.writer.flush()?;
+                    if self.max_invocations.is_none_or(|m| self.invocations < m) {
+                        self.entry_bp = Some(Breakpoint::insert(tid, self.entry)?);
+                    }
+                    if self.known_threads.contains(&tid) {
+                        let _ = sys::resume(tid, 0);
+                    }
+                    continue;
+                }
+            }
+            self.on_background_stop(tid, stop, None)?;
+        }
+    }
+
+    /// Records the end of a thread; returns how the process ended when the
+    /// leader (the process) is gone.
+    fn on_process_exit(&mut self, tid: Tid, stop: Stop) -> Option<TargetExit> {
+        let exit = match stop {
+            Stop::Exited(code) => TargetExit::Code(code),
+            Stop::Killed(sig) => TargetExit::Signal(sig),
+            Stop::Signal { .. } => return None,
+        };
+        let status = match exit {
+            TargetExit::Code(c) => c,
+            TargetExit::Signal(s) => -s,
+        };
+        let _ = self.writer.push(tid as u32, &Event::ThreadExit { status });
+        self.known_threads.remove(&tid);
+        (tid == self.pid).then_some(exit)
+    }
+
+    /// Handles a stop of a thread that is not being stepped: new threads,
+    /// signals to pass on, stale breakpoint hits.
+    fn on_background_stop(&mut self, tid: Tid, stop: Stop, temp_bp: Option<Breakpoint>) -> Result<(), InstrumentError> {
+        let Stop::Signal { signo, event } = stop else { return Ok(()) };
+        let resume = |signo| {
+            // A thread can vanish between its stop and our resume (the
+            // process is exiting): not an error worth stopping for.
+            let _ = sys::resume(tid, signo);
+        };
+        if event == libc::PTRACE_EVENT_CLONE {
+            if let Ok(child) = sys::event_msg(tid) {
+                let child = child as Tid;
+                let _ = self.writer.push(child as u32, &Event::ThreadStart { parent: tid as u32 });
+                if !self.known_threads.insert(child) {
+                    // Its initial stop was already seen and resumed.
+                } else {
+                    self.awaiting_initial_stop.insert(child);
+                }
+            }
+            resume(0);
+            return Ok(());
+        }
+        if event != 0 {
+            resume(0);
+            return Ok(());
+        }
+        if signo == libc::SIGSTOP && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid)) {
+            // The initial stop of a new thread, not a signal to deliver.
+            return Ok(resume(0));
+        }
+        if signo == libc::SIGTRAP {
+            let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+            let hit = regs.rip.wrapping_sub(1);
+            if let Some(bp) = temp_bp.filter(|bp| bp.addr == hit) {
+                // Another thread ran into the breakpoint set for the stepped
+                // thread's allocator return: step it over the original byte.
+                regs.rip = hit;
+                sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding a thread"))?;
+                bp.remove(tid)?;
+                sys::single_step(tid, 0).map_err(ptrace_err("stepping over a breakpoint"))?;
+                let _ = sys::wait(tid);
+                Breakpoint::insert(tid, bp.addr)?;
+                return Ok(resume(0));
+            }
+            if hit == self.entry && self.entry_bp.is_none() {
+                // A hit that raced with the removal of the entry breakpoint:
+                // the byte is back, so run the instruction for real.
+                regs.rip = hit;
+                sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding a thread"))?;
+                return Ok(resume(0));
+            }
+        }
+        resume(signo);
+        Ok(())
+    }
+
+    /// Waits until the stepped thread `tid` stops, handling other threads'
+    /// stops in between.
+    #[inline]
+    fn wait_for(&mut self, tid: Tid, temp_bp: Option<Breakpoint>) -> Result<Stop, InstrumentError> {
+        loop {
+            let (t, stop) = sys::wait(-1).map_err(ptrace_err("waiting for the traced thread"))?;
+            if t == tid {
+                return Ok(stop);
+            }
+            if let Some(exit) = self.on_process_exit(t, stop) {
+                // The leader is reported last, once every thread is gone.
+                return Ok(match exit {
+                    TargetExit::Code(c) => Stop::Exited(c),
+                    TargetExit::Signal(s) => Stop::Killed(s),
+                });
+            }
+            self.on_background_stop(t, stop, temp_bp)?;
+        }
+    }
+
+    /// Loads the module map and the allocator and function symbols of every
+    /// module. Done at the first entry hit, when the libraries are mapped.
+    fn load_modules(&mut self) -> Result<(), InstrumentError> {
+        self.modules_loaded = true;
+        let mut modules = maps::read_maps(self.pid).map_err(ptrace_err("reading the target's memory map"))?;
+        for module in modules.iter_mut() {
+            let Ok(symbols) = ElfSymbols::load(Path::new(&module.path)) else { continue };
+            module.build_id = symbols.build_id.clone();
+            let bias = if symbols.position_independent {
+                maps::base_address(module).unwrap_or(0).wrapping_sub(symbols.first_segment_address)
+            } else {
+                0
+            };
+            for f in &symbols.functions {
+                let addr = f.address.wrapping_add(bias);
+                self.function_starts.insert(addr);
+                if let Some(kind) = allocator_kind(&f.raw) {
+                    self.allocator_entries.entry(addr).or_insert(kind);
+                }
+            }
+        }
+        self.writer.add_modules(&modules);
+        Ok(())
+    }
+
+    /// The decoded instruction at `pc`, decoding and defining its sites the
+    /// first time.
+    fn instruction(&mut self, tid: Tid, pc: u64) -> Result<Option<&DecodedInstruction>, InstrumentError> {
+        if !self.code.contains_key(&pc) {
+            let mut bytes = [0u8; MAX_INSTRUCTION_LEN];
+            let n = sys::read_memory(self.pid, pc, &mut bytes)
+                .or_else(|_| read_memory_by_words(tid, pc, &mut bytes))
+                .map_err(ptrace_err("reading the target's code"))?;
+            let Some(mut insn) = decode::decode(&bytes[..n], pc, &mut self.factory) else {
+                return Ok(None);
+            };
+            for op in insn.operands.iter_mut() {
+                op.site = self.writer.add_site(Site {
+                    pc,
+                    len: insn.len,
+                    kind: op.kind,
+                    size: op.size,
+                    count: op.elements,
+                });
+            }
+            self.code.insert(pc, insn);
+        }
+        Ok(self.code.get(&pc))
+    }
+
+    /// Single-steps `tid` from the function entry (`regs`) until it returns
+    /// to its caller.
+    fn trace_invocation(&mut self, tid: Tid, mut regs: Regs) -> Result<InvocationEnd, InstrumentError> {
+        if !self.modules_loaded {
+            self.load_modules()?;
+        }
+        let index = self.invocations;
+        self.invocations += 1;
+        let entry_sp = regs.rsp;
+        let thread = tid as u32;
+        self.writer.push(thread, &Event::InvocationStart { index, pc: regs.rip, sp: entry_sp })?;
+        let mut rep: Option<RepInProgress> = None;
+        let mut signal_to_deliver = 0;
+        let mut steps_since_clock = 0u64;
+        loop {
+            if interrupt::requested() {
+                self.writer.push(thread, &Event::Truncated { reason: TruncationReason::Interrupted })?;
+                return Ok(InvocationEnd::Interrupted);
+            }
+            if signal_to_deliver == 0 {
+                if let Some(&kind) = self.allocator_entries.get(&regs.rip) {
+                    match self.run_allocator(tid, kind, &regs)? {
+                        Ok(after) => regs = after,
+                        Err(end) => return Ok(end),
+                    }
+                    if regs.rsp > entry_sp {
+                        // A tail call from the traced function into the allocator.
+                        self.writer.push(thread, &Event::InvocationEnd { index })?;
+                        return Ok(InvocationEnd::Returned);
+                    }
+                    continue;
+                }
+            }
+            // Work out this instruction's accesses from the registers before it runs.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            let mut syscall = None;
+            let (flow, branch_target) = match self.instruction(tid, regs.rip)? {
+                Some(insn) => {
+                    if insn.rep_string {
+                        if rep.as_ref().is_none_or(|r| r.pc != regs.rip) {
+                            rep = Some(RepInProgress {
+                                pc: regs.rip,
+                                start_addrs: insn
+                                    .operands
+                                    .iter()
+                                    .map(|op| decode::effective_address(&op.expr, &regs).unwrap_or(0))
+                                    .collect(),
+                                count: regs.rcx,
+                                direction_down: regs.eflags & (1 << 10) != 0,
+                            });
+                        }
+                    } else {
+                        for op in &insn.operands {
+                            if op.elements == 1 {
+                                if let Some(addr) = decode::effective_address(&op.expr, &regs) {
+                                    scratch.push((op.site, addr));
+                                }
+                            } else {
+                                push_vsib_elements(tid, op, &regs, &mut scratch);
+                            }
+                        }
+                    }
+                    if insn.syscall && (regs.rax == SYS_MMAP || regs.rax == SYS_MUNMAP) {
+                        syscall = Some((regs.rax, regs.rdi, regs.rsi));
+                    }
+                    (insn.flow, insn.branch_target)
+                }
+                None => (FlowControl::Next, None),
+            };
+            let delivered = signal_to_deliver;
+            sys::single_step(tid, delivered).map_err(ptrace_err("single-stepping"))?;
+            signal_to_deliver = 0;
+            let stop = self.wait_for(tid, None)?;
+            match stop {
+                Stop::Signal { signo: libc::SIGTRAP, event: 0 } => {}
+                Stop::Exited(_) | Stop::Killed(_) => {
+                    self.scratch = scratch;
+                    if let Some(exit) = self.on_process_exit(tid, stop) {
+                        return Ok(InvocationEnd::ProcessGone(exit));
+                    }
+                    return Ok(InvocationEnd::ThreadGone);
+                }
+                Stop::Signal { signo, event: 0 } => {
+                    let addr = match signo {
+                        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL => {
+                            // SAFETY: si_addr is valid for these signals.
+                            sys::sig_info(tid).map(|i| unsafe { i.si_addr() } as u64).unwrap_or(0)
+                        }
+                        _ => 0,
+                    };
+                    self.writer.push(thread, &Event::Signal { signo, pc: regs.rip, addr })?;
+                    signal_to_deliver = signo;
+                }
+                Stop::Signal { .. } => {}
+            }
+            let after = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+            // An instruction ran iff the pc moved (a faulting one did not);
+            // a step that delivered a signal only entered the handler.
+            if delivered == 0 && after.rip != regs.rip {
+                self.instructions += 1;
+                self.unflushed_steps += 1;
+                self.accesses += scratch.len() as u64;
+                for &(site, addr) in &scratch {
+                    self.writer.push(thread, &Event::Access { site, addr })?;
+                }
+                self.emit_flow(thread, regs.rip, flow, branch_target, &after)?;
+                if let Some((nr, a, len)) = syscall {
+                    self.emit_syscall(thread, regs.rip, nr, a, len, after.rax)?;
+                }
+            } else if delivered == 0 && rep.is_some() && signal_to_deliver == 0 {
+                // One more iteration of a rep-string instruction.
+                self.instructions += 1;
+                self.unflushed_steps += 1;
+            }
+            if let Some(r) = rep.take_if(|r| after.rip != r.pc) {
+                self.emit_rep(thread, &r, after.rcx)?;
+            }
+            self.scratch = scratch;
+            if after.rsp > entry_sp {
+                self.writer.push(thread, &Event::InvocationEnd { index })?;
+                self.flush_steps_for(thread)?;
+                return Ok(InvocationEnd::Returned);
+            }
+            regs = after;
+            steps_since_clock += 1;
+            if steps_since_clock >= CLOCK_CHECK_STEPS {
+                steps_since_clock = 0;
+                self.periodic(thread)?;
+            }
+        }
+    }
+
+    fn emit_flow(
+        &mut self,
+        thread: u32,
+        pc: u64,
+        flow: FlowControl,
+        branch_target: Option<u64>,
+        after: &Regs,
+    ) -> Result<(), InstrumentError> {
+        let event = match flow {
+            FlowControl::Call | FlowControl::IndirectCall => {
+                self.last_callsite = pc;
+                Event::Call { callsite: pc, target: after.rip, sp: after.rsp }
+            }
+            FlowControl::Return => Event::Return { sp: after.rsp },
+            FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::ConditionalBranch
+                if self.function_starts.contains(&after.rip)
+                    && (flow != FlowControl::ConditionalBranch || branch_target == Some(after.rip)) =>
+            {
+                Event::TailCall { callsite: pc, target: after.rip, sp: after.rsp }
+            }
+            _ => return Ok(()),
+        };
+        self.writer.push(thread, &event)?;
+        Ok(())
+    }
+
+    fn emit_syscall(&mut self, thread: u32, pc: u64, nr: u64, addr: u64, len: u64, ret: u64) -> Result<(), InstrumentError> {
+        let failed = (ret as i64) < 0 && (ret as i64) > -4096;
+        let alloc = if nr == SYS_MMAP {
+            Allocation {
+                kind: AllocKind::Mmap,
+                size: len,
+                align: 4096,
+                ptr_in: addr,
+                ptr_out: if failed { 0 } else { ret },
+                callsite: pc,
+            }
+        } else {
+            Allocation { kind: AllocKind::Munmap, size: len, align: 0, ptr_in: addr, ptr_out: 0, callsite: pc }
+        };
+        self.writer.push(thread, &Event::Alloc(alloc))?;
+        Ok(())
+    }
+
+    fn emit_rep(&mut self, thread: u32, rep: &RepInProgress, rcx_after: u64) -> Result<(), InstrumentError> {
+        let iterations = rep.count.wrapping_sub(rcx_after);
+        if iterations == 0 || iterations > rep.count {
+            return Ok(());
+        }
+        let Some(insn) = self.code.get(&rep.pc) else { return Ok(()) };
+        let ops: Vec<(u32, u32)> = insn.operands.iter().map(|o| (o.site, o.size)).collect();
+        for ((site, size), &start) in ops.into_iter().zip(&rep.start_addrs) {
+            let bytes = iterations.saturating_mul(size.into());
+            let low = if rep.direction_down { start.wrapping_sub(bytes - u64::from(size)) } else { start };
+            self.accesses += 1;
+            self.writer.push(thread, &Event::AccessSized { site, addr: low, size: bytes })?;
+        }
+        Ok(())
+    }
+
+    /// Runs an allocator call natively: breakpoint on the return address,
+    /// continue, record arguments and result. Returns the registers after
+    /// the return, or how the invocation ended if the target died meanwhile.
+    fn run_allocator(
+        &mut self,
+        tid: Tid,
+        kind: AllocKind,
+        regs: &Regs,
+    ) -> Result<Result<Regs, InvocationEnd>, InstrumentError> {
+        let return_addr = sys::peek(tid, regs.rsp).map_err(ptrace_err("reading the return address"))?;
+        let bp = Breakpoint::insert(tid, return_addr)?;
+        sys::resume(tid, 0).map_err(ptrace_err("running the allocator"))?;
+        let after = loop {
+            let stop = self.wait_for(tid, Some(bp))?;
+            match stop {
+                Stop::Exited(_) | Stop::Killed(_) => {
+                    return Ok(Err(match self.on_process_exit(tid, stop) {
+                        Some(exit) => InvocationEnd::ProcessGone(exit),
+                        None => InvocationEnd::ThreadGone,
+                    }));
+                }
+                Stop::Signal { signo: libc::SIGTRAP, event: 0 } => {
+                    let mut r = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                    if r.rip.wrapping_sub(1) == return_addr {
+                        bp.remove(tid)?;
+                        r.rip = return_addr;
+                        sys::set_regs(tid, &r).map_err(ptrace_err("rewinding after the allocator"))?;
+                        if r.rsp == regs.rsp.wrapping_add(8) {
+                            break r;
+                        }
+                        // The same return address reached by a deeper frame
+                        // (the allocator re-entering its caller): step it over.
+                        sys::single_step(tid, 0).map_err(ptrace_err("stepping over a breakpoint"))?;
+                        let _ = self.wait_for(tid, None)?;
+                        Breakpoint::insert(tid, return_addr)?;
+                        sys::resume(tid, 0).map_err(ptrace_err("running the allocator"))?;
+                    } else {
+                        sys::resume(tid, libc::SIGTRAP).map_err(ptrace_err("running the allocator"))?;
+                    }
+                }
+                Stop::Signal { signo, event } => {
+                    let deliver = if event == 0 { signo } else { 0 };
+                    sys::resume(tid, deliver).map_err(ptrace_err("running the allocator"))?;
+                }
+            }
+        };
+        let (a0, a1, a2, ret) = (regs.rdi, regs.rsi, regs.rdx, after.rax);
+        let callsite = if self.last_callsite != 0 { self.last_callsite } else { return_addr };
+        let mut alloc = Allocation { kind, size: 0, align: 0, ptr_in: 0, ptr_out: ret, callsite };
+        match kind {
+            AllocKind::Malloc => alloc.size = a0,
+            AllocKind::Calloc => alloc.size = a0.saturating_mul(a1),
+            AllocKind::Realloc => (alloc.ptr_in, alloc.size) = (a0, a1),
+            AllocKind::Free => (alloc.ptr_in, alloc.ptr_out) = (a0, 0),
+            AllocKind::PosixMemalign => {
+                (alloc.align, alloc.size) = (a1, a2);
+                alloc.ptr_out = if ret as u32 == 0 { sys::peek(tid, a0).unwrap_or(0) } else { 0 };
+            }
+            AllocKind::AlignedAlloc | AllocKind::Memalign => (alloc.align, alloc.size) = (a0, a1),
+            AllocKind::Mmap | AllocKind::Munmap => {}
+        }
+        let thread = tid as u32;
+        self.writer.push(thread, &Event::Alloc(alloc))?;
+        self.writer.push(thread, &Event::Return { sp: after.rsp })?;
+        Ok(Ok(after))
+    }
+
+    /// Once a second: write buffered events and report progress.
+    fn periodic(&mut self, thread: u32) -> Result<(), InstrumentError> {
+        if self.last_flush.elapsed() < FLUSH_EVERY {
+            return Ok(());
+        }
+        self.flush_steps_for(thread)?;
+        self.writer.flush()?;
+        self.last_flush = Instant::now();
+        if let Some(progress) = self.progress.as_mut() {
+            progress(&Progress {
+                instructions: self.instructions,
+                accesses: self.accesses,
+                invocations: self.invocations,
+                elapsed: self.started.elapsed(),
+            });
+        }
+        Ok(())
+    }
+
+    fn flush_steps_for(&mut self, thread: u32) -> Result<(), InstrumentError> {
+        if self.unflushed_steps > 0 {
+            self.writer.push(thread, &Event::Stepped { count: self.unflushed_steps })?;
+            self.unflushed_steps = 0;
+        }
+        Ok(())
+    }
+
+    fn flush_steps(&mut self) -> Result<(), InstrumentError> {
+        self.flush_steps_for(self.pid as u32)
+    }
+}
+
+/// The allocator entry point a symbol name stands for. glibc's internal
+/// aliases (`__libc_malloc`) share the address, so the public names suffice.
+fn allocator_kind(name: &str) -> Option<AllocKind> {
+    Some(match name {
+        "malloc" => AllocKind::Malloc,
+        "calloc" => AllocKind::Calloc,
+        "realloc" => AllocKind::Realloc,
+        "free" => AllocKind::Free,
+        "posix_memalign" => AllocKind::PosixMemalign,
+        "aligned_alloc" => AllocKind::AlignedAlloc,
+        "memalign" => AllocKind::Memalign,
+        _ => return None,
+    })
+}
+
+/// Fallback code reader for when `process_vm_readv` is not permitted.
+fn read_memory_by_words(tid: Tid, addr: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let Ok(word) = sys::peek(tid, addr + n as u64) else { break };
+        let take = (buf.len() - n).min(8);
+        buf[n..n + take].copy_from_slice(&word.to_le_bytes()[..take]);
+        n += take;
+    }
+    if n == 0 { Err(std::io::Error::from_raw_os_error(libc::EFAULT)) } else { Ok(n) }
+}
+
+/// Addresses of every element of a gather/scatter. The index vector lives in
+/// an XMM/YMM register: read it from the extended state.
+fn push_vsib_elements(tid: Tid, op: &decode::MemoryOperand, regs: &Regs, out: &mut Vec<(u32, u64)>) {
+    let Some(vectors) = crate::vector::read_vector_registers(tid) else { return };
+    for i in 0..usize::from(op.elements) {
+        let addr = op.expr.virtual_address(i, |reg, elem, elem_size| {
+            if reg.is_segment_register() {
+                decode::segment_base(regs, reg)
+            } else if reg.is_vector_register() {
+                vectors.element(reg, elem, elem_size)
+            } else {
+                decode::gpr_value(regs, reg)
+            }
+        });
+        if let Some(addr) = addr {
+            out.push((op.site, addr));
+        }
+    }
+}
