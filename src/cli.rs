@@ -45,6 +45,8 @@ pub enum Command {
     /// Print the totals of a trace: instructions, reads, writes, bytes,
     /// unique cache lines, allocations, invocations, per thread.
     Report(ReportArgs),
+    /// Print every event of a trace, one per line (for debugging and scripts).
+    Dump(DumpArgs),
 }
 
 /// Arguments of `record`.
@@ -63,7 +65,11 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub quiet: bool,
     /// The program to run, then its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        value_name = "PROGRAM [ARGS]..."
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -78,4 +84,14 @@ pub struct ReportArgs {
     /// Cache line size in bytes (a power of two).
     #[arg(long, default_value_t = 64)]
     pub line_size: u32,
+}
+
+/// Arguments of `dump`.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// Trace file to read.
+    pub file: PathBuf,
+    /// Stop after N events.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
 }

@@ -5,7 +5,7 @@ use std::io::Read;
 use std::path::Path;
 
 use serde::Serialize;
-use trace_rt::format::{Event, Metadata, TraceReader};
+use trace_rt::format::{Event, Metadata, TargetExit, TraceEnd, TraceReader};
 
 use crate::DecodeError;
 
@@ -47,6 +47,8 @@ pub struct TraceSummary {
     pub truncated: bool,
     /// How the trace ended, for people.
     pub end: String,
+    /// How the traced program ended, when the recorder saw it end.
+    pub exit: Option<TargetExit>,
 }
 
 /// Summarizes the trace file at `path`.
@@ -55,9 +57,14 @@ pub fn summarize_file(path: &Path, line_size: u32) -> Result<TraceSummary, Decod
 }
 
 /// Summarizes a trace read from `reader`.
-pub fn summarize<R: Read>(mut reader: TraceReader<R>, line_size: u32) -> Result<TraceSummary, DecodeError> {
+pub fn summarize<R: Read>(
+    mut reader: TraceReader<R>,
+    line_size: u32,
+) -> Result<TraceSummary, DecodeError> {
     if !line_size.is_power_of_two() {
-        return Err(DecodeError::InvalidSetting(format!("line size {line_size} is not a power of two")));
+        return Err(DecodeError::InvalidSetting(format!(
+            "line size {line_size} is not a power of two"
+        )));
     }
     let shift = line_size.trailing_zeros();
     let mut threads: BTreeMap<u32, (Totals, HashSet<u64>)> = BTreeMap::new();
@@ -129,7 +136,13 @@ pub fn summarize<R: Read>(mut reader: TraceReader<R>, line_size: u32) -> Result<
         threads,
         total,
         truncated: end.as_ref().is_none_or(|e| e.is_truncated()),
-        end: end.map(|e| e.describe()).unwrap_or_else(|| "unknown".into()),
+        exit: match &end {
+            Some(TraceEnd::Finished(t)) => t.exit,
+            _ => None,
+        },
+        end: end
+            .map(|e| e.describe())
+            .unwrap_or_else(|| "unknown".into()),
     })
 }
 
@@ -141,11 +154,44 @@ mod tests {
     #[test]
     fn counts_reads_writes_and_straddling_lines() {
         let mut w = TraceWriter::new(Vec::new(), &Metadata::new("test")).expect("header");
-        let load = w.add_site(Site { pc: 1, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-        let rmw = w.add_site(Site { pc: 2, len: 4, kind: AccessKind::Modify, size: 4, count: 1 });
-        w.push(1, &Event::Access { site: load, addr: 60 }).expect("push"); // lines 0 and 1
-        w.push(1, &Event::Access { site: rmw, addr: 64 }).expect("push"); // line 1
-        w.push(2, &Event::Access { site: load, addr: 640 }).expect("push"); // line 10
+        let load = w.add_site(Site {
+            pc: 1,
+            len: 4,
+            kind: AccessKind::Read,
+            size: 8,
+            count: 1,
+        });
+        let rmw = w.add_site(Site {
+            pc: 2,
+            len: 4,
+            kind: AccessKind::Modify,
+            size: 4,
+            count: 1,
+        });
+        w.push(
+            1,
+            &Event::Access {
+                site: load,
+                addr: 60,
+            },
+        )
+        .expect("push"); // lines 0 and 1
+        w.push(
+            1,
+            &Event::Access {
+                site: rmw,
+                addr: 64,
+            },
+        )
+        .expect("push"); // line 1
+        w.push(
+            2,
+            &Event::Access {
+                site: load,
+                addr: 640,
+            },
+        )
+        .expect("push"); // line 10
         w.push(2, &Event::Stepped { count: 5 }).expect("push");
         let bytes = w.finish(&Trailer::default()).expect("finish");
         let s = summarize(TraceReader::new(&bytes[..]).expect("reader"), 64).expect("summary");

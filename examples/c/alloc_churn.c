@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+char *volatile sink;
+
 __attribute__((noinline)) long churn(void) {
     char *p0 = malloc(24);
     char *p1 = malloc(100);
@@ -16,6 +18,7 @@ __attribute__((noinline)) long churn(void) {
     memset(p0, 1, 24);
     memset(p1, 2, 100);
     p1 = realloc(p1, 200);
+    sink = p0; /* escapes, so the compiler cannot elide the malloc/free pair */
     free(p0);
     char *p3 = malloc(4000);
     void *p4 = NULL;
@@ -30,7 +33,8 @@ __attribute__((noinline)) long churn(void) {
     return sum;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     printf("churn=%ld\n", churn());
-    return 0;
+    /* An exit code to check that linetrace passes it on. */
+    return argc > 1 ? atoi(argv[1]) : 0;
 }

@@ -1,6 +1,8 @@
 /* (c) Naive (i-j-k) versus blocked matrix multiply of 24x24 doubles.
- * Trace `matmul_naive` or `matmul_blocked`. */
+ * Trace `matmul_naive` or `matmul_blocked`. An optional argument repeats
+ * the naive multiply (the tests use it for a long-running trace). */
 #include <stdio.h>
+#include <stdlib.h>
 
 #define N 24
 #define B 8
@@ -36,13 +38,14 @@ static double checksum(void) {
     return s;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    int repeat = argc > 1 ? atoi(argv[1]) : 1;
     for (int i = 0; i < N; i++)
         for (int j = 0; j < N; j++) {
             a[i][j] = i + j;
             b[i][j] = i - j;
         }
-    matmul_naive();
+    for (int r = 0; r < repeat; r++) matmul_naive();
     double naive = checksum();
     matmul_blocked();
     printf("naive=%.1f blocked=%.1f\n", naive, checksum());

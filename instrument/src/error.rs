@@ -4,20 +4,20 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum InstrumentError {
     /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The program could not be started.
-    #[error("cannot run {program}: {source}")]
+    #[error("cannot run {program}: {cause}")]
     Spawn {
         /// The program as given.
         program: String,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not an ELF executable.
     #[error("{0} is not an ELF executable")]
@@ -31,7 +31,9 @@ pub enum InstrumentError {
         arch: String,
     },
     /// The executable has no function symbols at all.
-    #[error("{0} has no symbol table (stripped?): cannot find the function to trace; rebuild without -s")]
+    #[error(
+        "{0} has no symbol table (stripped?): cannot find the function to trace; rebuild without -s"
+    )]
     Stripped(PathBuf),
     /// No symbol matched.
     #[error("no function named '{name}' in {path}; closest: {closest}")]
@@ -52,12 +54,12 @@ pub enum InstrumentError {
         candidates: String,
     },
     /// A ptrace or wait call failed.
-    #[error("tracing failed ({what}): {source}")]
+    #[error("tracing failed ({what}): {cause}")]
     Ptrace {
         /// What was being done.
         what: &'static str,
         /// The system error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The process map did not contain the executable.
     #[error("cannot find {0} in the target's memory map")]
@@ -69,5 +71,5 @@ pub enum InstrumentError {
 
 /// Adapter for `map_err` on system calls.
 pub(crate) fn ptrace_err(what: &'static str) -> impl FnOnce(std::io::Error) -> InstrumentError {
-    move |source| InstrumentError::Ptrace { what, source }
+    move |cause| InstrumentError::Ptrace { what, cause }
 }

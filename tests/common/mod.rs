@@ -1,0 +1,197 @@
+//! Helpers shared by the end-to-end tests: building the example programs,
+//! running linetrace, and running valgrind as the oracle.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// The linetrace binary under test.
+pub fn linetrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_linetrace"))
+}
+
+fn scratch_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("e2e");
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// A fresh path for a trace file.
+pub fn trace_path(name: &str) -> PathBuf {
+    scratch_dir().join(format!("{name}-{}.lntrace", std::process::id()))
+}
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+/// Builds `examples/c/NAME.c` with `gcc -O2 -g` (plus `extra` flags) once
+/// per test binary and returns the executable.
+pub fn c_example(name: &str, extra: &[&str]) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let suffix = extra.join("").replace(['-', '='], "");
+    let out = scratch_dir().join(format!("{name}{suffix}-{}", std::process::id()));
+    if out.exists() {
+        return out;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/c")
+        .join(format!("{name}.c"));
+    let status = Command::new("gcc")
+        .args(["-O2", "-g", "-pthread"])
+        .args(extra)
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("gcc runs");
+    assert!(status.success(), "gcc failed on {}", src.display());
+    out
+}
+
+/// A cargo example built in the same profile as the tests.
+pub fn rust_example(name: &str) -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_linetrace"));
+    let path = bin.parent().expect("bin dir").join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} not built (cargo test builds examples)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `linetrace record -f FUNCTION -o TRACE -- PROGRAM ARGS`.
+pub fn record(program: &Path, function: &str, args: &[&str], trace: &Path) -> Output {
+    linetrace()
+        .args(["record", "--quiet", "-f", function, "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("linetrace runs")
+}
+
+/// `linetrace report --json` of a trace.
+pub fn report(trace: &Path) -> serde_json::Value {
+    let out = linetrace()
+        .arg("report")
+        .arg("--json")
+        .arg(trace)
+        .output()
+        .expect("report runs");
+    assert!(
+        out.status.success(),
+        "report failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report prints JSON")
+}
+
+/// `linetrace dump` of a trace, one string per event.
+pub fn dump(trace: &Path) -> Vec<String> {
+    let out = linetrace()
+        .arg("dump")
+        .arg(trace)
+        .output()
+        .expect("dump runs");
+    assert!(
+        out.status.success(),
+        "dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Counts of one function from cachegrind (self, summed over every file
+/// the function has lines in).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CachegrindCounts {
+    /// Instructions executed.
+    pub ir: u64,
+    /// Data reads.
+    pub dr: u64,
+    /// Data writes.
+    pub dw: u64,
+}
+
+/// Runs the program under `valgrind --tool=cachegrind --cache-sim=yes` and
+/// returns the self counts of `function`.
+pub fn cachegrind(program: &Path, args: &[&str], function: &str) -> CachegrindCounts {
+    let out_file = scratch_dir().join(format!("cachegrind-{}-{function}.out", std::process::id()));
+    let status = Command::new("valgrind")
+        .args(["--tool=cachegrind", "--cache-sim=yes", "-q"])
+        .arg(format!("--cachegrind-out-file={}", out_file.display()))
+        .arg(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("valgrind is installed (apt-get install valgrind)");
+    assert!(status.success(), "cachegrind run failed");
+    let text = std::fs::read_to_string(&out_file).expect("cachegrind output");
+    let events: Vec<&str> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("events:"))
+        .expect("events line")
+        .split_whitespace()
+        .collect();
+    let col = |name: &str| {
+        events
+            .iter()
+            .position(|e| *e == name)
+            .expect("event column")
+    };
+    let (ir, dr, dw) = (col("Ir"), col("Dr"), col("Dw"));
+    let mut counts = CachegrindCounts::default();
+    let mut in_function = false;
+    for line in text.lines() {
+        if let Some(f) = line.strip_prefix("fn=") {
+            in_function = f == function;
+        } else if line.starts_with("fl=") || line.starts_with("fi=") || line.starts_with("fe=") {
+            // File changes keep the function in cachegrind's format.
+        } else if in_function && line.starts_with(|c: char| c.is_ascii_digit()) {
+            let nums: Vec<u64> = line
+                .split_whitespace()
+                .map(|n| n.parse().unwrap_or(0))
+                .collect();
+            let get = |i: usize| nums.get(i + 1).copied().unwrap_or(0);
+            counts.ir += get(ir);
+            counts.dr += get(dr);
+            counts.dw += get(dw);
+        }
+    }
+    counts
+}
+
+/// Address of a symbol in an ELF file (link-time), from `nm`.
+pub fn symbol_address(binary: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(binary).output().expect("nm runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (addr, _kind, sym) = (f.next()?, f.next()?, f.next()?);
+            (sym == name)
+                .then(|| u64::from_str_radix(addr, 16).ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("symbol {name} not in {}", binary.display()))
+}
+
+/// Parses `key=0x...` from a dump line.
+pub fn hex_field(line: &str, key: &str) -> Option<u64> {
+    let v = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?;
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+/// Parses `key=N` (decimal) from a dump line.
+pub fn dec_field(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}

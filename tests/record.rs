@@ -1,0 +1,371 @@
+//! End-to-end tests of `linetrace record`, checked against valgrind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Example (a): every read linetrace records in `work` is one cachegrind
+/// counts, and so is every instruction.
+#[test]
+fn array_sweep_reads_equal_cachegrind() {
+    let bin = c_example("array_sweep", &[]);
+    let oracle = cachegrind(&bin, &[], "work");
+    assert!(oracle.dr > 0, "cachegrind saw no reads in work: {oracle:?}");
+    let trace = trace_path("array_sweep");
+    let out = record(&bin, "work", &[], &trace);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = report(&trace);
+    assert_eq!(r["total"]["reads"], oracle.dr, "reads vs cachegrind Dr");
+    assert_eq!(r["total"]["writes"], oracle.dw, "writes vs cachegrind Dw");
+    assert_eq!(
+        r["total"]["instructions"], oracle.ir,
+        "instructions vs cachegrind Ir"
+    );
+    assert_eq!(r["total"]["invocations"], 1);
+    assert_eq!(r["truncated"], false);
+}
+
+/// Example (a): the lines touched are exactly the lines of `array`, plus
+/// the one stack line the final `ret` reads.
+#[test]
+fn array_sweep_touches_exactly_the_array_lines() {
+    let bin = c_example("array_sweep", &[]);
+    let trace = trace_path("array_lines");
+    assert!(record(&bin, "work", &[], &trace).status.success());
+    let events = dump(&trace);
+    let start = events
+        .iter()
+        .find(|l| l.contains("invocation-start"))
+        .expect("invocation start");
+    let bias = hex_field(start, "pc").expect("pc") - symbol_address(&bin, "work");
+    let array = bias + symbol_address(&bin, "array");
+    let entry_sp = hex_field(start, "sp").expect("sp");
+    let mut lines = std::collections::BTreeSet::new();
+    let mut stack_reads = 0;
+    for l in events.iter().filter(|l| l.contains(" access ")) {
+        let addr = hex_field(l, "addr").expect("addr");
+        let size = dec_field(l, "size").expect("size");
+        if addr == entry_sp {
+            stack_reads += 1;
+            continue;
+        }
+        assert!(
+            addr >= array && addr + size <= array + 4000,
+            "access outside array: {l}"
+        );
+        lines.extend(addr / 64..=(addr + size - 1) / 64);
+    }
+    let expected: std::collections::BTreeSet<u64> = (array / 64..=(array + 3999) / 64).collect();
+    assert_eq!(lines, expected);
+    assert_eq!(stack_reads, 1, "the ret reads the return address once");
+}
+
+/// Example (d): the allocation events are the program's known sequence,
+/// with sizes, alignments and pointer pairing.
+#[test]
+fn alloc_churn_records_the_allocation_sequence() {
+    let bin = c_example("alloc_churn", &[]);
+    let trace = trace_path("alloc_churn");
+    assert!(record(&bin, "churn", &[], &trace).status.success());
+    let allocs: Vec<(String, u64, u64, u64, u64)> = dump(&trace)
+        .iter()
+        .filter(|l| l.contains(" alloc "))
+        .map(|l| {
+            let kind = l.split_whitespace().nth(2).expect("kind").to_string();
+            (
+                kind,
+                dec_field(l, "size").expect("size"),
+                dec_field(l, "align").expect("align"),
+                hex_field(l, "in").expect("in"),
+                hex_field(l, "out").expect("out"),
+            )
+        })
+        .collect();
+    let kinds: Vec<(&str, u64, u64)> = allocs.iter().map(|a| (a.0.as_str(), a.1, a.2)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("malloc", 24, 0),
+            ("malloc", 100, 0),
+            ("calloc", 160, 0),
+            ("realloc", 200, 0),
+            ("free", 0, 0),
+            ("malloc", 4000, 0),
+            ("posix_memalign", 256, 64),
+            ("aligned_alloc", 512, 128),
+            ("free", 0, 0),
+            ("free", 0, 0),
+            ("free", 0, 0),
+            ("free", 0, 0),
+            ("free", 0, 0),
+        ]
+    );
+    let out = |i: usize| allocs[i].4;
+    assert!(
+        (0..8)
+            .filter(|&i| allocs[i].0 != "free")
+            .all(|i| out(i) != 0),
+        "allocations succeed"
+    );
+    assert_eq!(allocs[3].3, out(1), "realloc takes the malloc(100) pointer");
+    assert_eq!(allocs[4].3, out(0), "first free releases malloc(24)");
+    let freed: Vec<u64> = allocs[8..].iter().map(|a| a.3).collect();
+    assert_eq!(
+        freed,
+        vec![out(3), out(2), out(5), out(6), out(7)],
+        "frees pair with their allocations"
+    );
+    assert_eq!(out(6) % 64, 0, "posix_memalign result aligned");
+    assert_eq!(out(7) % 128, 0, "aligned_alloc result aligned");
+}
+
+/// The traced program's stdout and exit code are the native run's.
+#[test]
+fn traced_output_and_exit_code_equal_native() {
+    let cases: Vec<(std::path::PathBuf, &str, Vec<&str>)> = vec![
+        (c_example("array_sweep", &[]), "work", vec![]),
+        (c_example("list_vs_array", &[]), "run", vec![]),
+        (c_example("matmul", &[]), "matmul_blocked", vec![]),
+        (c_example("alloc_churn", &[]), "churn", vec!["7"]),
+        (c_example("threads", &[]), "worker", vec![]),
+        (rust_example("array_sweep"), "work", vec![]),
+        (rust_example("list_vs_array"), "sum_list", vec![]),
+    ];
+    for (bin, function, args) in cases {
+        let native = std::process::Command::new(&bin)
+            .args(&args)
+            .output()
+            .expect("native run");
+        let trace = trace_path("native");
+        let traced = record(&bin, function, &args, &trace);
+        assert_eq!(
+            String::from_utf8_lossy(&traced.stdout),
+            String::from_utf8_lossy(&native.stdout),
+            "{} stdout",
+            bin.display()
+        );
+        assert_eq!(
+            traced.status.code(),
+            native.status.code(),
+            "{} exit code",
+            bin.display()
+        );
+        let r = report(&trace);
+        assert!(
+            r["total"]["invocations"].as_u64() >= Some(1),
+            "{} traced nothing",
+            bin.display()
+        );
+        assert!(
+            r["total"]["reads"].as_u64() > Some(0),
+            "{} recorded no reads",
+            bin.display()
+        );
+    }
+}
+
+/// Example (e): the first thread to enter `worker` is traced, its callee
+/// included; the others run freely and the program finishes normally.
+#[test]
+fn threads_trace_one_thread_through_its_callee() {
+    let bin = c_example("threads", &[]);
+    let trace = trace_path("threads");
+    assert!(record(&bin, "worker", &[], &trace).status.success());
+    let r = report(&trace);
+    let traced: Vec<&serde_json::Value> = r["threads"]
+        .as_object()
+        .expect("threads")
+        .values()
+        .filter(|t| t["reads"].as_u64() > Some(0))
+        .collect();
+    assert!(!traced.is_empty());
+    // worker_sum loads 64 ints; with SSE that is 16 loads per invocation.
+    let per_invocation = r["total"]["bytes_read"].as_u64().expect("bytes")
+        / r["total"]["invocations"].as_u64().expect("n");
+    assert!(
+        per_invocation >= 256,
+        "each traced invocation reads its 256-byte slice: {per_invocation}"
+    );
+    assert!(
+        dump(&trace).iter().any(|l| l.contains("ThreadStart")),
+        "thread creation recorded"
+    );
+}
+
+/// A SIGSEGV inside the function: the reads before it are kept, the signal
+/// is recorded, and linetrace exits like the program did.
+#[test]
+fn crash_inside_function_keeps_the_trace() {
+    let bin = c_example("crash", &[]);
+    let trace = trace_path("crash");
+    let out = record(&bin, "walk", &[], &trace);
+    assert_eq!(
+        out.status.code(),
+        Some(128 + 11),
+        "exit code of a SIGSEGV death"
+    );
+    let events = dump(&trace);
+    let reads = events.iter().filter(|l| l.contains(" access Read")).count();
+    assert_eq!(reads, 16, "64 ints in 16-byte loads before the crash");
+    let signal = events
+        .iter()
+        .find(|l| l.contains(" signal "))
+        .expect("signal recorded");
+    assert_eq!(dec_field(signal, "signo"), Some(11));
+    assert_eq!(
+        hex_field(signal, "addr"),
+        Some(0),
+        "the fault address is NULL"
+    );
+    assert_eq!(report(&trace)["exit"]["Signal"], 11);
+}
+
+/// `kill -9` of linetrace mid-run: the file reads as truncated and still
+/// counts what was flushed.
+#[test]
+fn kill_9_leaves_a_readable_truncated_trace() {
+    let bin = c_example("matmul", &[]);
+    let trace = trace_path("kill9");
+    let mut child = linetrace()
+        .args(["record", "--quiet", "-f", "main", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .arg("1000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(2000));
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let r = report(&trace);
+    assert_eq!(r["truncated"], true);
+    assert!(r["end"].as_str().expect("end").contains("truncated"));
+    assert!(
+        r["total"]["reads"].as_u64() > Some(1000),
+        "flushed reads are counted: {}",
+        r["total"]
+    );
+}
+
+/// SIGTERM to linetrace: the target is killed and the trace is finished and
+/// marked truncated.
+#[test]
+fn sigterm_kills_the_target_and_marks_the_trace() {
+    let bin = c_example("matmul", &[]);
+    let trace = trace_path("sigterm");
+    let child = linetrace()
+        .args(["record", "--quiet", "-f", "main", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .arg("1000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let out = child.wait_with_output().expect("wait");
+    assert!(!out.status.success());
+    let r = report(&trace);
+    assert_eq!(r["truncated"], true);
+    assert!(
+        r["end"].as_str().expect("end").contains("Interrupted"),
+        "{}",
+        r["end"]
+    );
+    assert!(r["total"]["reads"].as_u64() > Some(0));
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Bad input gets one clear line on stderr and a non-zero exit, never a panic.
+#[test]
+fn bad_input_gives_clear_errors() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let text_file = dir.join("not-elf.sh");
+    std::fs::write(&text_file, "#!/bin/sh\necho hi\n").expect("write");
+    let stripped = c_example("array_sweep", &["-s"]);
+    let sweep = c_example("array_sweep", &[]);
+    let trace = trace_path("bad");
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            vec!["/nonexistent/program".into()],
+            "cannot run /nonexistent/program",
+        ),
+        (vec![text_file.clone().into()], "is not an ELF executable"),
+        (
+            vec![
+                "-f".into(),
+                "wrok".into(),
+                "--".into(),
+                sweep.clone().into(),
+            ],
+            "no function named 'wrok'",
+        ),
+        (
+            vec![
+                "-f".into(),
+                "work".into(),
+                "--".into(),
+                stripped.clone().into(),
+            ],
+            "stripped",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut cmd = linetrace();
+        cmd.args(["record", "-o"]).arg(&trace);
+        if args.len() == 1 {
+            cmd.arg("--");
+        }
+        let out = cmd.args(&args).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: stderr {stderr:?} lacks {expected:?}"
+        );
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr:?}");
+        assert!(!stderr.contains("panicked"));
+    }
+    // The closest names are offered for a typo.
+    let out = linetrace()
+        .args(["record", "-f", "wrok", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&sweep)
+        .output()
+        .expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("closest: work"));
+    // A corrupt trace file is an error too.
+    let bad_trace = dir.join("corrupt.lntrace");
+    std::fs::write(
+        &bad_trace,
+        b"LNTRACE\0\x01\0\0\0\0\0\0\0garbage garbage garbage",
+    )
+    .expect("write");
+    let out = linetrace()
+        .arg("report")
+        .arg(&bad_trace)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    let out = linetrace()
+        .arg("report")
+        .arg(&text_file)
+        .output()
+        .expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a linetrace trace file"));
+}
