@@ -235,6 +235,7 @@ mod tests {
 
     /// (bytes, expected (kind, size) per operand): the access table.
     #[test]
+    #[allow(clippy::type_complexity)]
     fn classifies_accesses() {
         use AccessKind::*;
         let table: &[(&[u8], &str, &[(AccessKind, u32)])] = &[

@@ -62,8 +62,11 @@ pub struct RecordOptions {
     /// Trace at most this many invocations (default: all).
     pub max_invocations: Option<u32>,
     /// Called about once a second while stepping.
-    pub progress: Option<Box<dyn FnMut(&Progress)>>,
+    pub progress: Option<ProgressCallback>,
 }
+
+/// Receives [`Progress`] about once a second.
+pub type ProgressCallback = Box<dyn FnMut(&Progress)>;
 
 /// Progress of a running recording.
 #[derive(Clone, Copy, Debug)]

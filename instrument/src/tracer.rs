@@ -97,7 +97,7 @@ struct Tracer {
     last_callsite: u64,
     started: Instant,
     last_flush: Instant,
-    progress: Option<Box<dyn FnMut(&Progress)>>,
+    progress: Option<crate::ProgressCallback>,
     scratch: Vec<(u32, u64)>,
 }
 
@@ -244,7 +244,7 @@ fn spawn(exe: &Path, options: &RecordOptions) -> Result<Tid, InstrumentError> {
     // SAFETY: the closure only makes the PTRACE_TRACEME system call, which is
     // async-signal-safe.
     unsafe {
-        cmd.pre_exec(|| sys::traceme());
+        cmd.pre_exec(sys::traceme);
     }
     let child = cmd.spawn().map_err(|e| InstrumentError::Spawn {
         program: options.program.display().to_string(),
@@ -380,7 +380,8 @@ impl Tracer {
             && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid))
         {
             // The initial stop of a new thread, not a signal to deliver.
-            return Ok(resume(0));
+            resume(0);
+            return Ok(());
         }
         if signo == libc::SIGTRAP {
             let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
@@ -394,14 +395,16 @@ impl Tracer {
                 sys::single_step(tid, 0).map_err(ptrace_err("stepping over a breakpoint"))?;
                 let _ = sys::wait(tid);
                 Breakpoint::insert(tid, bp.addr)?;
-                return Ok(resume(0));
+                resume(0);
+                return Ok(());
             }
             if hit == self.entry && self.entry_bp.is_none() {
                 // A hit that raced with the removal of the entry breakpoint:
                 // the byte is back, so run the instruction for real.
                 regs.rip = hit;
                 sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding a thread"))?;
-                return Ok(resume(0));
+                resume(0);
+                return Ok(());
             }
         }
         resume(signo);

@@ -87,6 +87,7 @@ pub struct TraceReader<R: Read> {
     decoder: ChunkDecoder,
     end: Option<TraceEnd>,
     failed: bool,
+    event_bytes: u64,
 }
 
 impl TraceReader<BufReader<File>> {
@@ -140,6 +141,7 @@ impl<R: Read> TraceReader<R> {
             decoder: ChunkDecoder::new(),
             end: None,
             failed: false,
+            event_bytes: 0,
         };
         let offset = reader.offset;
         match reader.read_chunk()? {
@@ -184,6 +186,12 @@ impl<R: Read> TraceReader<R> {
         self.offset
     }
 
+    /// On-disk bytes (headers included) of the events chunks read so far:
+    /// the dynamic part of the trace, without metadata, modules and sites.
+    pub fn event_bytes(&self) -> u64 {
+        self.event_bytes
+    }
+
     /// The next event, `Ok(None)` at the end of the readable file.
     #[inline]
     pub fn next_record(&mut self) -> Result<Option<Record>, FormatError> {
@@ -224,6 +232,7 @@ impl<R: Read> TraceReader<R> {
                 }
                 Chunk::Read { kind, thread, raw } => match kind {
                     ChunkKind::Events => {
+                        self.event_bytes += self.offset - offset;
                         self.raw = raw;
                         self.pos = 0;
                         self.thread = thread;
