@@ -19,6 +19,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // `linetrace dump FILE | head` closes the pipe early: not an error.
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("linetrace: error: {e:#}");
             ExitCode::from(2)
@@ -156,8 +163,8 @@ fn dump(args: DumpArgs) -> Result<()> {
                 let s = reader.sites()[site as usize];
                 writeln!(
                     out,
-                    "{} access {:?} pc={:#x} addr={addr:#x} size={size}",
-                    rec.thread, s.kind, s.pc
+                    "{} access {:?} pc={:#x} addr={addr:#x} size={size} elem={} rep",
+                    rec.thread, s.kind, s.pc, s.size
                 )?;
             }
             Event::Alloc(a) => writeln!(

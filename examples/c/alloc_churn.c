@@ -2,12 +2,14 @@
  * Trace `churn`. The sequence (sizes and order) is what the tests expect:
  *   malloc(24) malloc(100) calloc(10, 16) realloc(p1, 200) free(p0)
  *   malloc(4000) posix_memalign(64, 256) aligned_alloc(128, 512) free(p1')
- *   free(p2) free(p3) free(p4) free(p5)
+ *   free(p2) free(p3) free(p4) free(p5) mmap(8192) munmap(8192)
+ * (mmap and munmap are system calls, recorded as such).
  */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 char *volatile sink;
 
@@ -30,6 +32,11 @@ __attribute__((noinline)) long churn(void) {
     free(p3);
     free(p4);
     free(p5);
+    void *m = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+        sum += ((volatile char *)m)[100];
+        munmap(m, 8192);
+    }
     return sum;
 }
 

@@ -74,7 +74,13 @@ pub fn decode(
                     OpAccess::ReadWrite | OpAccess::ReadCondWrite => AccessKind::Modify,
                     _ => return None,
                 };
-                let (size, elements) = element_layout(&instr, m);
+                let (mut size, elements) = element_layout(&instr, m);
+                if size == 0 {
+                    // iced reports `rep movs` and friends with an unknown
+                    // size (the range varies); the element size is the
+                    // instruction's.
+                    size = instr.memory_size().size() as u32;
+                }
                 Some(MemoryOperand {
                     expr: *m,
                     kind,
@@ -297,6 +303,17 @@ mod tests {
     #[test]
     fn recognises_rep_strings_syscalls_and_calls() {
         assert!(dec(&[0xf3, 0xa4]).rep_string, "rep movsb");
+        assert!(
+            dec(&[0xf3, 0xa4]).operands.iter().all(|o| o.size == 1),
+            "rep movsb moves bytes"
+        );
+        assert!(
+            dec(&[0xf3, 0x48, 0xab])
+                .operands
+                .iter()
+                .all(|o| o.size == 8),
+            "rep stosq stores qwords"
+        );
         assert!(dec(&[0xf3, 0x48, 0xab]).rep_string, "rep stosq");
         assert!(!dec(&[0xa4]).rep_string, "movsb without rep");
         assert!(
