@@ -1,11 +1,11 @@
 //! Command-line interface: clap types only. Each subcommand's arguments are
-//! turned into the plain options struct of the library crate that does the
+//! turned into the plain options structs of the library crates that do the
 //! work, so no library crate sees clap.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// linetrace shows how a program touches memory, at cache-line granularity.
 #[derive(Debug, Parser)]
@@ -42,9 +42,22 @@ pub enum Command {
     /// readable trace marked truncated.
     #[command(verbatim_doc_comment)]
     Record(RecordArgs),
-    /// Print the totals of a trace: instructions, reads, writes, bytes,
-    /// unique cache lines, allocations, invocations, per thread.
+    /// Print totals and locality metrics of a trace, and a table by
+    /// function, source line or allocation site.
+    ///
+    /// Metrics: line fetches are insertions into the working set; bytes read
+    /// per fetch and distinct bytes per fetch say how much of each fetched
+    /// line was used (utilisation = distinct / line size); the reuse
+    /// histogram counts reads by LRU stack distance in distinct lines.
     Report(ReportArgs),
+    /// Draw a trace to PNG: the flamegraph on top, the cache-line bitmap
+    /// beneath on the same x axis (one column per memory read).
+    ///
+    /// Bitmap: one row per cache line in the working set, sorted by address;
+    /// purple = nothing read from the line yet, green = a line's worth of
+    /// bytes read; colours fade as the line ages; faint blue bands are
+    /// recorded allocations.
+    Render(RenderArgs),
     /// Print every event of a trace, one per line (for debugging and scripts).
     Dump(DumpArgs),
 }
@@ -73,17 +86,76 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
+/// How to decode a trace: shared by `report` and `render`.
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// Cache line size in bytes (a power of two from 8 to 128).
+    #[arg(long, default_value_t = 64)]
+    pub line_size: u32,
+    /// Misses a line survives untouched before it leaves the working set
+    /// (512 lines of 64 bytes = a 32 KiB L1).
+    #[arg(long, default_value_t = 512)]
+    pub max_age: u32,
+    /// Hard cap on working-set rows; the least recently used line leaves
+    /// first (default: --max-age).
+    #[arg(long)]
+    pub max_rows: Option<u32>,
+}
+
+/// What `report` groups its table by.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ReportGrouping {
+    /// Containing function (symbol).
+    Function,
+    /// Source file and line.
+    Line,
+    /// Allocation call site.
+    Allocation,
+}
+
 /// Arguments of `report`.
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// Trace file to read.
     pub file: PathBuf,
+    /// Add a table grouped by this.
+    #[arg(long, value_enum)]
+    pub by: Option<ReportGrouping>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Cache line size in bytes (a power of two).
-    #[arg(long, default_value_t = 64)]
-    pub line_size: u32,
+    /// Rows of the table to print (text only).
+    #[arg(long, default_value_t = 30)]
+    pub limit: usize,
+    /// Decoding settings.
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// Arguments of `render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// Trace file to read.
+    pub file: PathBuf,
+    /// PNG file to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Image width in pixels.
+    #[arg(long, default_value_t = 1600)]
+    pub width: u32,
+    /// Image height in pixels.
+    #[arg(long, default_value_t = 800)]
+    pub height: u32,
+    /// Column range A..B to draw (default: the whole trace).
+    #[arg(long, value_name = "A..B")]
+    pub columns: Option<String>,
+    /// Anti-aliasing exponent: 1 is a box filter, below 1 keeps isolated
+    /// accesses visible when zoomed out, above 1 filters them.
+    #[arg(long, default_value_t = 1.0)]
+    pub alpha: f64,
+    /// Decoding settings.
+    #[command(flatten)]
+    pub decode: DecodeArgs,
 }
 
 /// Arguments of `dump`.
@@ -94,4 +166,35 @@ pub struct DumpArgs {
     /// Stop after N events.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
+}
+
+impl DecodeArgs {
+    /// The decoder's options.
+    pub fn options(&self) -> decoder::model::DecodeOptions {
+        decoder::model::DecodeOptions {
+            working_set: decoder::working_set::WorkingSetConfig {
+                line_size: self.line_size,
+                max_age: self.max_age,
+                max_rows: self.max_rows.unwrap_or(self.max_age),
+            },
+            ..Default::default()
+        }
+    }
+}
+
+/// Parses `A..B` into a column range.
+pub fn parse_columns(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| format!("--columns {text:?}: expected A..B"))?;
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("--columns {text:?}: {s:?} is not a number"))
+    };
+    let (a, b) = (parse(a)?, parse(b)?);
+    if a >= b {
+        return Err(format!("--columns {text:?}: the range is empty"));
+    }
+    Ok((a, b))
 }

@@ -8,13 +8,24 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Parser;
 
-use cli::{Cli, Command, DumpArgs, RecordArgs, ReportArgs};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use cli::{Cli, Command, DumpArgs, RecordArgs, RenderArgs, ReportArgs, ReportGrouping};
+use decoder::model::Model;
+use decoder::raster::RenderOptions;
+use decoder::symbols::Symbolizer;
+use decoder::tables::{AccessRow, AllocationSiteRow, Grouping, access_table, allocation_table};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use trace_rt::format::TraceEnd;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(args) => record(args),
         Command::Report(args) => report(args).map(|()| ExitCode::SUCCESS),
+        Command::Render(args) => render(args).map(|()| ExitCode::SUCCESS),
         Command::Dump(args) => dump(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
@@ -88,27 +99,115 @@ fn record(args: RecordArgs) -> Result<ExitCode> {
     })
 }
 
+/// Decodes a trace with a progress bar that appears when decoding takes
+/// more than a second.
+fn decode(file: &Path, args: &cli::DecodeArgs) -> Result<Model> {
+    let total = std::fs::metadata(file)
+        .with_context(|| format!("reading {}", file.display()))?
+        .len();
+    let started = Instant::now();
+    let mut bar: Option<ProgressBar> = None;
+    let mut progress = |done: u64| {
+        if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
+            let b = ProgressBar::new(total);
+            b.set_style(
+                ProgressStyle::with_template("decoding {bar:40} {bytes}/{total_bytes} ({eta})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar = Some(b);
+        }
+        if let Some(b) = &bar {
+            b.set_position(done);
+        }
+    };
+    let model = Model::decode(file, &args.options(), &mut progress)
+        .with_context(|| format!("decoding {}", file.display()));
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    model
+}
+
+/// The whole `report --json` document.
+#[derive(Serialize)]
+struct Report<'a> {
+    trace: String,
+    metadata: &'a trace_rt::format::Metadata,
+    status: String,
+    truncated: bool,
+    exit: Option<instrument::TargetExit>,
+    columns: u64,
+    line_size: u32,
+    threads: &'a std::collections::BTreeMap<u32, decoder::summary::Totals>,
+    total: &'a decoder::summary::Totals,
+    metrics: &'a decoder::model::Metrics,
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_function: Option<Vec<AccessRow>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_line: Option<Vec<AccessRow>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_allocation: Option<Vec<AllocationSiteRow>>,
+}
+
 fn report(args: ReportArgs) -> Result<()> {
-    let summary = decoder::summary::summarize_file(&args.file, args.line_size)
-        .with_context(|| format!("reading {}", args.file.display()))?;
+    let model = decode(&args.file, &args.decode)?;
+    let mut symbols = Symbolizer::new(&model.modules);
+    let (mut by_function, mut by_line, mut by_allocation) = (None, None, None);
+    match args.by {
+        Some(ReportGrouping::Function) => {
+            by_function = Some(access_table(&model, &mut symbols, Grouping::Function))
+        }
+        Some(ReportGrouping::Line) => {
+            by_line = Some(access_table(&model, &mut symbols, Grouping::Line))
+        }
+        Some(ReportGrouping::Allocation) => {
+            by_allocation = Some(allocation_table(&model, &mut symbols))
+        }
+        None => {}
+    }
+    let exit = match &model.end {
+        TraceEnd::Finished(t) => t.exit,
+        TraceEnd::Cut { .. } => None,
+    };
+    let report = Report {
+        trace: args.file.display().to_string(),
+        metadata: &model.metadata,
+        status: model.end.describe(),
+        truncated: model.end.is_truncated(),
+        exit,
+        columns: model.columns,
+        line_size: model.working_set.config.line_size,
+        threads: &model.threads,
+        total: &model.total,
+        metrics: &model.metrics,
+        warnings: symbols.warnings().to_vec(),
+        by_function,
+        by_line,
+        by_allocation,
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &summary)?;
+        serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
         return Ok(());
     }
-    let m = &summary.metadata;
-    writeln!(out, "trace:      {}", args.file.display())?;
+    for w in &report.warnings {
+        eprintln!("linetrace: warning: {w}");
+    }
+    let m = report.metadata;
+    writeln!(out, "trace:      {}", report.trace)?;
     writeln!(out, "program:    {}", m.argv.join(" "))?;
     writeln!(out, "function:   {}", m.function.as_deref().unwrap_or("?"))?;
     writeln!(out, "backend:    {}", m.backend)?;
-    writeln!(out, "status:     {}", summary.end)?;
-    let exit = match summary.exit {
+    writeln!(out, "status:     {}", report.status)?;
+    let exit = match report.exit {
         Some(instrument::TargetExit::Code(c)) => format!("exited with code {c}"),
         Some(instrument::TargetExit::Signal(s)) => format!("killed by signal {s}"),
         None => "unknown (recording did not see the end)".to_string(),
     };
     writeln!(out, "target:     {exit}")?;
+    writeln!(out)?;
     let row = |out: &mut dyn Write, name: &str, t: &decoder::summary::Totals| {
         writeln!(
             out,
@@ -127,12 +226,126 @@ fn report(args: ReportArgs) -> Result<()> {
         "{:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8} {:>8}",
         "thread", "instructions", "reads", "writes", "bytes read", "lines", "allocs", "invocs"
     )?;
-    for (tid, t) in &summary.threads {
+    for (tid, t) in report.threads {
         row(&mut out, &tid.to_string(), t)?;
     }
-    if summary.threads.len() != 1 {
-        row(&mut out, "total", &summary.total)?;
+    if report.threads.len() != 1 {
+        row(&mut out, "total", report.total)?;
     }
+    let mt = report.metrics;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "line fetches:            {} ({}-byte lines, working set up to {} rows)",
+        mt.line_fetches, report.line_size, mt.max_rows
+    )?;
+    writeln!(
+        out,
+        "bytes read per fetch:    {:.1}",
+        mt.mean_bytes_read_per_fetch
+    )?;
+    writeln!(
+        out,
+        "distinct bytes / fetch:  {:.1} (utilisation {:.0}%)",
+        mt.mean_distinct_bytes_per_fetch,
+        100.0 * mt.utilisation
+    )?;
+    write!(out, "reuse distance (lines):  cold {}", mt.reuse.cold)?;
+    for (k, n) in mt.reuse.buckets.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let lo = decoder::reuse::ReuseHistogram::bucket_start(k);
+        let hi = decoder::reuse::ReuseHistogram::bucket_start(k + 1);
+        if hi - lo <= 1 {
+            write!(out, ", {lo}: {n}")?
+        } else {
+            write!(out, ", {lo}-{}: {n}", hi - 1)?
+        }
+    }
+    writeln!(out)?;
+    let limit = args.limit;
+    if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
+        writeln!(out)?;
+        let title = if report.by_function.is_some() {
+            "function"
+        } else {
+            "line"
+        };
+        writeln!(
+            out,
+            "{:>12} {:>12} {:>12} {:>12}  {title}",
+            "self reads", "total reads", "self writes", "total writes"
+        )?;
+        for r in rows.iter().take(limit) {
+            writeln!(
+                out,
+                "{:>12} {:>12} {:>12} {:>12}  {}",
+                r.self_reads, r.total_reads, r.self_writes, r.total_writes, r.key
+            )?;
+        }
+    }
+    if let Some(rows) = &report.by_allocation {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:>8} {:>12} {:>12} {:>12} {:>6}  allocation site",
+            "blocks", "bytes", "reads", "writes", "live"
+        )?;
+        for r in rows.iter().take(limit) {
+            writeln!(
+                out,
+                "{:>8} {:>12} {:>12} {:>12} {:>6}  {}",
+                r.blocks, r.bytes, r.reads, r.writes, r.live_at_end, r.site
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn render(args: RenderArgs) -> Result<()> {
+    let columns = args
+        .columns
+        .as_deref()
+        .map(cli::parse_columns)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let model = decode(&args.file, &args.decode)?;
+    if model.columns == 0 {
+        anyhow::bail!("{} has no memory reads to draw", args.file.display());
+    }
+    let mut symbols = Symbolizer::new(&model.modules);
+    let options = RenderOptions {
+        width: args.width,
+        height: args.height,
+        columns,
+        alpha: args.alpha,
+    };
+    let image = decoder::raster::render(&model, &mut symbols, &options)?;
+    for w in symbols.warnings() {
+        eprintln!("linetrace: warning: {w}");
+    }
+    let file = std::fs::File::create(&args.output)
+        .with_context(|| format!("creating {}", args.output.display()))?;
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), image.width, image.height);
+    encoder.set_color(png::ColorType::Rgba);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder
+        .write_header()
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    writer
+        .write_image_data(&image.rgba)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    writer
+        .finish()
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    if model.end.is_truncated() {
+        eprintln!("linetrace: note: the trace is {}", model.end.describe());
+    }
+    eprintln!(
+        "linetrace: wrote {} ({}x{}, {} columns)",
+        args.output.display(),
+        image.width,
+        image.height,
+        model.columns
+    );
     Ok(())
 }
 

@@ -1,18 +1,33 @@
 //! From a linetrace trace file to the model every view reads.
 //!
-//! The decoder must not depend on the viewer (or any graphics crate): reports,
-//! exports and tests use it on machines without a display.
-//!
-//! Today it provides [`summary`]: the per-thread totals behind
-//! `linetrace report`.
+//! Design constraints:
+//! - No graphics dependencies (no Bevy): reports, exports and tests use the
+//!   decoder on machines without a display, and `cargo test -p decoder`
+//!   stays fast.
+//! - One streaming pass over the trace, in memory that grows with the
+//!   program's footprint, not with the trace length ([`model`]).
+//! - The decoded model ([`model::Model`]) is the contract with the views;
+//!   its module documentation defines columns, frames and the bitmap.
 //!
 //! ```no_run
-//! let summary = decoder::summary::summarize_file(std::path::Path::new("work.lntrace"), 64)?;
-//! println!("{} reads, {} unique lines", summary.total.reads, summary.total.unique_lines);
+//! use decoder::model::{DecodeOptions, Model};
+//! let model = Model::decode(std::path::Path::new("work.lntrace"), &DecodeOptions::default(), &mut |_| {})?;
+//! println!("{} reads, {} line fetches", model.metrics.reads, model.metrics.line_fetches);
+//! let mut symbols = decoder::symbols::Symbolizer::new(&model.modules);
+//! for row in decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Function) {
+//!     println!("{} {}", row.key, row.total_reads);
+//! }
 //! # Ok::<(), decoder::DecodeError>(())
 //! ```
 
+pub mod calltree;
 mod error;
+pub mod model;
+pub mod raster;
+pub mod reuse;
 pub mod summary;
+pub mod symbols;
+pub mod tables;
+pub mod working_set;
 
 pub use error::DecodeError;

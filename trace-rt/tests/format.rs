@@ -306,3 +306,29 @@ fn reads_the_version_1_fixture() {
     let r = TraceReader::new(&bytes[..]).expect("header");
     assert_eq!(r.metadata(), &metadata());
 }
+
+#[test]
+fn seeking_to_a_chunk_resumes_there() {
+    let (sites, events) = sample();
+    let bytes = write(&sites, &events, &Trailer::default(), 600);
+    let mut r = TraceReader::new(std::io::Cursor::new(&bytes)).expect("reader");
+    let mut positions = Vec::new();
+    let mut index = 0usize;
+    let mut serial = 0;
+    while let Some(_rec) = r.next_record().expect("record") {
+        if r.chunk_serial() != serial {
+            serial = r.chunk_serial();
+            positions.push((r.chunk_position(), index));
+        }
+        index += 1;
+    }
+    assert!(positions.len() > 3, "several chunks");
+    let (pos, first) = positions[positions.len() / 2];
+    let mut again = TraceReader::new(std::io::Cursor::new(&bytes)).expect("reader");
+    again.seek_to_chunk(pos, &sites).expect("seek");
+    let rest: Vec<Event> = std::iter::from_fn(|| again.next_record().expect("record"))
+        .map(|r| r.event)
+        .collect();
+    let expected: Vec<Event> = events[first..].iter().map(|e| e.1).collect();
+    assert_eq!(rest, expected);
+}

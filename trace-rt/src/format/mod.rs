@@ -58,7 +58,7 @@ pub mod varint;
 
 pub use error::FormatError;
 pub use event::{ChunkDecoder, ChunkEncoder};
-pub use reader::{Record, TraceEnd, TraceReader};
+pub use reader::{ChunkPosition, Record, TraceEnd, TraceReader};
 pub use writer::TraceWriter;
 
 use serde::{Deserialize, Serialize};

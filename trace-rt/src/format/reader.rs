@@ -1,7 +1,7 @@
 //! Reading trace files as a stream of events in bounded memory.
 
 use std::fs::File;
-use std::io::{BufReader, ErrorKind, Read};
+use std::io::{BufReader, ErrorKind, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::event::decode_sites;
@@ -88,6 +88,18 @@ pub struct TraceReader<R: Read> {
     end: Option<TraceEnd>,
     failed: bool,
     event_bytes: u64,
+    chunk: ChunkPosition,
+    chunk_serial: u64,
+}
+
+/// Where an events chunk starts, and how many sites were defined before it:
+/// enough to resume reading there with [`TraceReader::seek_to_chunk`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkPosition {
+    /// Byte offset of the chunk header in the file.
+    pub offset: u64,
+    /// Sites defined before the chunk.
+    pub sites: usize,
 }
 
 impl TraceReader<BufReader<File>> {
@@ -142,6 +154,8 @@ impl<R: Read> TraceReader<R> {
             end: None,
             failed: false,
             event_bytes: 0,
+            chunk: ChunkPosition::default(),
+            chunk_serial: 0,
         };
         let offset = reader.offset;
         match reader.read_chunk()? {
@@ -192,6 +206,17 @@ impl<R: Read> TraceReader<R> {
         self.event_bytes
     }
 
+    /// Position of the events chunk the last returned record came from.
+    pub fn chunk_position(&self) -> ChunkPosition {
+        self.chunk
+    }
+
+    /// Counts events chunks entered so far: changes exactly when a record
+    /// comes from a new chunk.
+    pub fn chunk_serial(&self) -> u64 {
+        self.chunk_serial
+    }
+
     /// The next event, `Ok(None)` at the end of the readable file.
     #[inline]
     pub fn next_record(&mut self) -> Result<Option<Record>, FormatError> {
@@ -233,6 +258,11 @@ impl<R: Read> TraceReader<R> {
                 Chunk::Read { kind, thread, raw } => match kind {
                     ChunkKind::Events => {
                         self.event_bytes += self.offset - offset;
+                        self.chunk = ChunkPosition {
+                            offset,
+                            sites: self.sites.len(),
+                        };
+                        self.chunk_serial += 1;
                         self.raw = raw;
                         self.pos = 0;
                         self.thread = thread;
@@ -310,6 +340,33 @@ impl<R: Read> TraceReader<R> {
         }
         self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
         Ok(Chunk::Read { kind, thread, raw })
+    }
+}
+
+impl<R: Read + Seek> TraceReader<R> {
+    /// Continues reading at an events chunk seen before (from
+    /// [`TraceReader::chunk_position`] of any reader of the same file).
+    /// `sites` must hold at least the sites defined before that chunk.
+    pub fn seek_to_chunk(
+        &mut self,
+        position: ChunkPosition,
+        sites: &[Site],
+    ) -> Result<(), FormatError> {
+        if sites.len() < position.sites {
+            return Err(FormatError::InvalidEvent(format!(
+                "seeking needs {} sites, {} given",
+                position.sites,
+                sites.len()
+            )));
+        }
+        self.input.seek(SeekFrom::Start(position.offset))?;
+        self.offset = position.offset;
+        self.sites = sites[..position.sites].to_vec();
+        self.raw.clear();
+        self.pos = 0;
+        self.end = None;
+        self.failed = false;
+        Ok(())
     }
 }
 

@@ -1,0 +1,576 @@
+//! The decoded model: the second contract of linetrace, read by every view
+//! (viewer, `report`, `render`, exports).
+//!
+//! [`Model::decode`] reads a trace once, in bounded memory, and produces:
+//! - **columns**: the x axis. Column `i` is the `i`-th memory-read event of
+//!   the trace in file order (loads and read-modify-writes; each element of
+//!   a gather is its own read; a rep-string range is one read). Writes do not
+//!   make columns.
+//! - **call tree** ([`CallTree`]): frames spanning `[first_column,
+//!   end_column)`, so a frame is exactly as wide as the reads it made.
+//! - **working set index** ([`WorkingSetIndex`]): the bitmap, stored as
+//!   snapshots of the working set at events-chunk boundaries (at most one per
+//!   `snapshot_every` columns, and at most [`MAX_SNAPSHOTS`] in all: the
+//!   interval doubles when they would be more). Any column range is drawn by
+//!   restoring the snapshot before it and replaying the trace from that chunk
+//!   — nothing of size columns x rows is ever materialised.
+//! - **allocations** ([`AllocationRecord`]): blocks with address range and
+//!   lifetime in columns, and the reads/writes that fell into each.
+//! - **metrics** ([`Metrics`]) and per-site counts for per-function, per-line
+//!   and per-allocation-site tables ([`crate::tables`]).
+//!
+//! Memory use grows with the program's footprint (distinct lines, sites,
+//! calls, allocations), not with the number of accesses.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use trace_rt::format::{AllocKind, Event, Metadata, Module, Site, TraceEnd, TraceReader};
+
+use crate::DecodeError;
+use crate::calltree::{CallTree, CallTreeBuilder};
+use crate::reuse::{BuildLineHasher, ReuseDistance, ReuseHistogram};
+use crate::summary::Totals;
+use crate::working_set::{LineState, WorkingSet, WorkingSetConfig};
+
+/// Most snapshots kept; beyond, every other one is dropped.
+pub const MAX_SNAPSHOTS: usize = 1024;
+
+/// How to decode.
+#[derive(Clone, Copy, Debug)]
+pub struct DecodeOptions {
+    /// Working-set parameters.
+    pub working_set: WorkingSetConfig,
+    /// Columns between working-set snapshots (at least).
+    pub snapshot_every: u64,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            working_set: WorkingSetConfig::default(),
+            snapshot_every: 1 << 14,
+        }
+    }
+}
+
+/// A read or write, as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// Site index.
+    pub site: u32,
+    /// Lowest address.
+    pub addr: u64,
+    /// Bytes.
+    pub size: u64,
+    /// Loads (a column).
+    pub reads: bool,
+    /// Stores.
+    pub writes: bool,
+}
+
+/// The access an event stands for, if it is one.
+#[inline]
+pub fn access_of(event: &Event, sites: &[Site]) -> Option<Access> {
+    let (site, addr, size) = match *event {
+        Event::Access { site, addr } => (site, addr, u64::from(sites.get(site as usize)?.size)),
+        Event::AccessSized { site, addr, size } => (site, addr, size),
+        _ => return None,
+    };
+    let kind = sites.get(site as usize)?.kind;
+    Some(Access {
+        site,
+        addr,
+        size,
+        reads: kind.reads(),
+        writes: kind.writes(),
+    })
+}
+
+/// One recorded heap block or mapping.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AllocationRecord {
+    /// What created it.
+    pub kind: AllocKind,
+    /// First address.
+    pub address: u64,
+    /// Requested size.
+    pub size: u64,
+    /// Requested alignment (0: none).
+    pub align: u64,
+    /// The call that created it.
+    pub callsite: u64,
+    /// Column at which it was created.
+    pub alloc_column: u64,
+    /// Column at which it was freed (None: still live at the end).
+    pub free_column: Option<u64>,
+    /// Thread that created it.
+    pub thread: u32,
+    /// Reads that fell into it.
+    pub reads: u64,
+    /// Writes that fell into it.
+    pub writes: u64,
+}
+
+/// Locality metrics of the whole trace (counts are in [`Totals`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Metrics {
+    /// Lines inserted into the working set (fetches).
+    pub line_fetches: u64,
+    /// Mean bytes read from a line while it was in the set.
+    pub mean_bytes_read_per_fetch: f64,
+    /// Mean distinct bytes read from a line while it was in the set.
+    pub mean_distinct_bytes_per_fetch: f64,
+    /// `mean_distinct_bytes_per_fetch / line_size`.
+    pub utilisation: f64,
+    /// Reuse distances of reads, in distinct lines.
+    pub reuse: ReuseHistogram,
+    /// Tallest the working set got.
+    pub max_rows: u32,
+    /// Frees (and munmaps) of blocks allocated before tracing started.
+    pub foreign_frees: u64,
+}
+
+/// Per-site counts, for the per-function and per-line tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SiteCounts {
+    /// Executions that read.
+    pub reads: u64,
+    /// Executions that wrote.
+    pub writes: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+}
+
+/// A working-set snapshot at the start of an events chunk.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    /// Column of the first read after the snapshot.
+    pub column: u64,
+    /// Where to resume reading.
+    pub chunk: trace_rt::format::ChunkPosition,
+    /// Miss clock of the set.
+    pub clock: u64,
+    /// The set, in row order.
+    pub lines: Vec<LineState>,
+}
+
+/// The bitmap, as snapshots to replay from.
+#[derive(Clone, Debug)]
+pub struct WorkingSetIndex {
+    /// Parameters it was computed with.
+    pub config: WorkingSetConfig,
+    /// Snapshots by increasing column.
+    pub snapshots: Vec<Snapshot>,
+    /// Columns in all.
+    pub columns: u64,
+}
+
+/// The decoded trace.
+pub struct Model {
+    /// The trace file.
+    pub trace_path: PathBuf,
+    /// Recording metadata.
+    pub metadata: Metadata,
+    /// How the trace ended.
+    pub end: TraceEnd,
+    /// The static site table.
+    pub sites: Vec<Site>,
+    /// Mapped modules (for symbolization).
+    pub modules: Vec<Module>,
+    /// Counts per site (same indices as `sites`).
+    pub site_counts: Vec<SiteCounts>,
+    /// Number of read columns.
+    pub columns: u64,
+    /// The call tree.
+    pub call_tree: CallTree,
+    /// Heap blocks and mappings, by creation.
+    pub allocations: Vec<AllocationRecord>,
+    /// Whole-trace metrics.
+    pub metrics: Metrics,
+    /// The bitmap.
+    pub working_set: WorkingSetIndex,
+    /// Totals per thread.
+    pub threads: BTreeMap<u32, Totals>,
+    /// Totals of all threads (unique lines counted once across threads).
+    pub total: Totals,
+}
+
+impl Model {
+    /// Decodes the trace at `path`. `progress` is called now and then with
+    /// the bytes of the file read so far.
+    pub fn decode(
+        path: &Path,
+        options: &DecodeOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Model, DecodeError> {
+        options
+            .working_set
+            .validate()
+            .map_err(DecodeError::InvalidSetting)?;
+        let reader = TraceReader::open(path)?;
+        let mut b = Builder::new(*options);
+        let (reader, end) = b.run(reader, progress)?;
+        let columns = b.column;
+        let mut metrics = b.metrics;
+        // Lines still in the set at the end count as fetches too.
+        let (mut fetches, mut fetch_bytes, mut fetch_distinct) = b.fetch_stats;
+        b.set.drain(|d| {
+            fetches += 1;
+            fetch_bytes += u64::from(d.state.bytes_read);
+            fetch_distinct += u64::from(d.state.distinct_bytes());
+        });
+        metrics.line_fetches = fetches;
+        if fetches > 0 {
+            metrics.mean_bytes_read_per_fetch = fetch_bytes as f64 / fetches as f64;
+            metrics.mean_distinct_bytes_per_fetch = fetch_distinct as f64 / fetches as f64;
+            metrics.utilisation =
+                metrics.mean_distinct_bytes_per_fetch / f64::from(options.working_set.line_size);
+        }
+        let mut all_lines: HashSet<u64, BuildLineHasher> = HashSet::with_hasher(BuildLineHasher);
+        let mut threads = BTreeMap::new();
+        let mut total = Totals::default();
+        for ThreadState {
+            tid,
+            mut totals,
+            lines,
+        } in std::mem::take(&mut b.threads)
+        {
+            totals.unique_lines = lines.len() as u64;
+            all_lines.extend(lines);
+            total.add(&totals);
+            threads.insert(tid, totals);
+        }
+        total.unique_lines = all_lines.len() as u64;
+
+        metrics.reuse = b.reuse.histogram().clone();
+        let allocations = b.allocations;
+        Ok(Model {
+            trace_path: path.to_path_buf(),
+            metadata: reader.metadata().clone(),
+            end,
+            sites: reader.sites().to_vec(),
+            modules: reader.modules().to_vec(),
+            site_counts: b.site_counts,
+            columns,
+            call_tree: b.calls.finish(columns),
+            allocations,
+            metrics,
+            working_set: WorkingSetIndex {
+                config: options.working_set,
+                snapshots: b.snapshots,
+                columns,
+            },
+            threads,
+            total,
+        })
+    }
+
+    /// Replays the working set over columns `[from, to)`, calling `visit`
+    /// with each column and the set *after* that column's read.
+    pub fn replay(
+        &self,
+        from: u64,
+        to: u64,
+        mut visit: impl FnMut(u64, &WorkingSet),
+    ) -> Result<(), DecodeError> {
+        let to = to.min(self.columns);
+        if from >= to {
+            return Ok(());
+        }
+        let snaps = &self.working_set.snapshots;
+        let i = snaps
+            .partition_point(|s| s.column <= from)
+            .saturating_sub(1);
+        let Some(snap) = snaps.get(i) else {
+            return Ok(());
+        };
+        let mut reader = TraceReader::new(BufReader::new(
+            File::open(&self.trace_path).map_err(trace_rt::format::FormatError::from)?,
+        ))?;
+        reader.seek_to_chunk(snap.chunk, &self.sites)?;
+        let mut set = WorkingSet::restore(self.working_set.config, &snap.lines, snap.clock);
+        let mut column = snap.column;
+        while let Some(rec) = reader.next_record()? {
+            let Some(a) = access_of(&rec.event, reader.sites()) else {
+                continue;
+            };
+            if !a.reads {
+                continue;
+            }
+            set.read(a.addr, a.size, |_| {});
+            if column >= from {
+                visit(column, &set);
+            }
+            column += 1;
+            if column >= to {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Per-thread counts of the decoding pass.
+struct ThreadState {
+    tid: u32,
+    totals: Totals,
+    lines: HashSet<u64, BuildLineHasher>,
+}
+
+/// State of the single decoding pass.
+struct Builder {
+    column: u64,
+    set: WorkingSet,
+    /// (fetches, bytes, distinct bytes) of lines that already left.
+    fetch_stats: (u64, u64, u64),
+    reuse: ReuseDistance,
+    threads: Vec<ThreadState>,
+    /// Index in `threads` of the last event's thread.
+    current: usize,
+    line_shift: u32,
+    calls: CallTreeBuilder,
+    site_counts: Vec<SiteCounts>,
+    metrics: Metrics,
+    allocations: Vec<AllocationRecord>,
+    /// Live blocks by start address -> index in `allocations`.
+    live: BTreeMap<u64, usize>,
+    last_block: Option<usize>,
+    snapshots: Vec<Snapshot>,
+    snapshot_every: u64,
+    chunk_serial: u64,
+}
+
+impl Builder {
+    fn new(options: DecodeOptions) -> Self {
+        Builder {
+            column: 0,
+            set: WorkingSet::new(options.working_set),
+            fetch_stats: (0, 0, 0),
+            reuse: ReuseDistance::new(),
+            threads: Vec::new(),
+            current: 0,
+            line_shift: options.working_set.line_size.trailing_zeros(),
+            calls: CallTreeBuilder::new(),
+            site_counts: Vec::new(),
+            metrics: Metrics::default(),
+            allocations: Vec::new(),
+            live: BTreeMap::new(),
+            last_block: None,
+            snapshots: Vec::new(),
+            snapshot_every: options.snapshot_every.max(1),
+            chunk_serial: 0,
+        }
+    }
+
+    fn run<R: std::io::Read>(
+        &mut self,
+        mut reader: TraceReader<R>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(TraceReader<R>, TraceEnd), DecodeError> {
+        let mut since_progress = 0u32;
+        while let Some(rec) = reader.next_record()? {
+            if reader.chunk_serial() != self.chunk_serial {
+                self.chunk_serial = reader.chunk_serial();
+                self.maybe_snapshot(reader.chunk_position());
+                progress(reader.bytes_read());
+            }
+            since_progress += 1;
+            if since_progress == 1 << 20 {
+                since_progress = 0;
+                progress(reader.bytes_read());
+            }
+            let thread = rec.thread;
+            let t = self.thread_slot(thread);
+            if let Some(a) = access_of(&rec.event, reader.sites()) {
+                self.access(thread, t, a);
+                continue;
+            }
+            let totals = &mut self.threads[t].totals;
+            let column = self.column;
+            match rec.event {
+                Event::Call {
+                    callsite,
+                    target,
+                    sp,
+                } => self.calls.call(thread, callsite, target, sp, column),
+                Event::TailCall {
+                    callsite,
+                    target,
+                    sp,
+                } => self.calls.tail_call(thread, callsite, target, sp, column),
+                Event::Return { sp } => self.calls.ret(thread, sp, column),
+                Event::InvocationStart { index, pc, sp } => {
+                    totals.invocations += 1;
+                    self.calls.invocation_start(thread, index, pc, sp, column);
+                }
+                Event::InvocationEnd { .. } => self.calls.invocation_end(thread, column),
+                Event::Alloc(a) => {
+                    totals.allocations += 1;
+                    self.allocation(thread, &a);
+                }
+                Event::Stepped { count } => totals.instructions += count,
+                Event::Signal { .. } => totals.signals += 1,
+                _ => {}
+            }
+        }
+        progress(reader.bytes_read());
+        let end = reader.end().cloned().unwrap_or(TraceEnd::Cut {
+            valid_bytes: reader.bytes_read(),
+            mid_chunk: false,
+        });
+        Ok((reader, end))
+    }
+
+    fn maybe_snapshot(&mut self, chunk: trace_rt::format::ChunkPosition) {
+        let due = self
+            .snapshots
+            .last()
+            .is_none_or(|s| self.column - s.column >= self.snapshot_every);
+        if !due {
+            return;
+        }
+        if self.snapshots.len() >= MAX_SNAPSHOTS {
+            // Keep every other snapshot; the first (column 0) always stays.
+            let mut i = 0;
+            self.snapshots.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.snapshot_every *= 2;
+        }
+        self.snapshots.push(Snapshot {
+            column: self.column,
+            chunk,
+            clock: self.set.clock(),
+            lines: self.set.lines().to_vec(),
+        });
+    }
+
+    #[inline]
+    fn thread_slot(&mut self, tid: u32) -> usize {
+        if self.threads.get(self.current).is_some_and(|t| t.tid == tid) {
+            return self.current;
+        }
+        self.current = match self.threads.iter().position(|t| t.tid == tid) {
+            Some(i) => i,
+            None => {
+                self.threads.push(ThreadState {
+                    tid,
+                    totals: Totals::default(),
+                    lines: HashSet::with_hasher(BuildLineHasher),
+                });
+                self.threads.len() - 1
+            }
+        };
+        self.current
+    }
+
+    #[inline]
+    fn access(&mut self, thread: u32, t: usize, a: Access) {
+        let site = a.site as usize;
+        if site >= self.site_counts.len() {
+            self.site_counts.resize(site + 1, SiteCounts::default());
+        }
+        let block = self.block_of(a.addr);
+        let counts = &mut self.site_counts[site];
+        let state = &mut self.threads[t];
+        if a.writes {
+            counts.writes += 1;
+            state.totals.writes += 1;
+            state.totals.bytes_written += a.size;
+            self.calls.write(thread);
+            if let Some(b) = block {
+                self.allocations[b].writes += 1;
+            }
+        }
+        let first = a.addr >> self.line_shift;
+        let last = a.addr.saturating_add(a.size.max(1) - 1) >> self.line_shift;
+        if a.reads {
+            counts.reads += 1;
+            counts.bytes_read += a.size;
+            state.totals.reads += 1;
+            state.totals.bytes_read += a.size;
+            self.calls.read(thread);
+            if let Some(b) = block {
+                self.allocations[b].reads += 1;
+            }
+            let stats = &mut self.fetch_stats;
+            self.set.read(a.addr, a.size, |d| {
+                stats.0 += 1;
+                stats.1 += u64::from(d.state.bytes_read);
+                stats.2 += u64::from(d.state.distinct_bytes());
+            });
+            self.metrics.max_rows = self.metrics.max_rows.max(self.set.lines().len() as u32);
+            for line in first..=last {
+                self.reuse.access(line);
+            }
+            self.column += 1;
+        }
+        for line in first..=last {
+            self.threads[t].lines.insert(line);
+        }
+    }
+
+    /// The live block containing `addr`, if any (the last hit is cached:
+    /// loops hit the same block again and again).
+    #[inline]
+    fn block_of(&mut self, addr: u64) -> Option<usize> {
+        if let Some(b) = self.last_block {
+            let r = &self.allocations[b];
+            if r.free_column.is_none() && addr >= r.address && addr < r.address + r.size.max(1) {
+                return Some(b);
+            }
+        }
+        let (_, &b) = self.live.range(..=addr).next_back()?;
+        let r = &self.allocations[b];
+        (addr < r.address + r.size.max(1)).then(|| {
+            self.last_block = Some(b);
+            b
+        })
+    }
+
+    fn allocation(&mut self, thread: u32, a: &trace_rt::format::Allocation) {
+        let release = |this: &mut Self, ptr: u64| {
+            if ptr == 0 {
+                return;
+            }
+            match this.live.remove(&ptr) {
+                Some(i) => this.allocations[i].free_column = Some(this.column),
+                None => this.metrics.foreign_frees += 1,
+            }
+            this.last_block = None;
+        };
+        match a.kind {
+            AllocKind::Free | AllocKind::Munmap => {
+                release(self, a.ptr_in);
+                return;
+            }
+            AllocKind::Realloc => release(self, a.ptr_in),
+            _ => {}
+        }
+        if a.ptr_out == 0 {
+            return;
+        }
+        let index = self.allocations.len();
+        self.allocations.push(AllocationRecord {
+            kind: a.kind,
+            address: a.ptr_out,
+            size: a.size,
+            align: a.align,
+            callsite: a.callsite,
+            alloc_column: self.column,
+            free_column: None,
+            thread,
+            reads: 0,
+            writes: 0,
+        });
+        if let Some(old) = self.live.insert(a.ptr_out, index) {
+            // Reused without a recorded free (freed natively elsewhere).
+            self.allocations[old].free_column = Some(self.column);
+        }
+    }
+}

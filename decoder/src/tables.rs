@@ -1,0 +1,171 @@
+//! Per-function, per-source-line and per-allocation-site tables.
+//!
+//! "Self" counts are the accesses of instructions in the function (line);
+//! "total" adds the accesses of everything it called. Recursion is counted
+//! once: a frame whose ancestor has the same key adds nothing to the total.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::model::Model;
+use crate::symbols::Symbolizer;
+
+/// One row of a per-function or per-line table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AccessRow {
+    /// Function name, or `file:line`.
+    pub key: String,
+    /// Reads by its own instructions.
+    pub self_reads: u64,
+    /// Writes by its own instructions.
+    pub self_writes: u64,
+    /// Reads including callees.
+    pub total_reads: u64,
+    /// Writes including callees.
+    pub total_writes: u64,
+    /// Bytes read by its own instructions.
+    pub self_bytes_read: u64,
+}
+
+/// One row of the per-allocation-site table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AllocationSiteRow {
+    /// `function file:line` of the call that allocated.
+    pub site: String,
+    /// Blocks allocated there.
+    pub blocks: u64,
+    /// Bytes requested there.
+    pub bytes: u64,
+    /// Reads that fell into those blocks.
+    pub reads: u64,
+    /// Writes that fell into those blocks.
+    pub writes: u64,
+    /// Blocks never freed during the trace.
+    pub live_at_end: u64,
+}
+
+/// Which table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grouping {
+    /// By containing function.
+    Function,
+    /// By source line.
+    Line,
+}
+
+/// Reads and writes grouped by function or source line, most reads first.
+pub fn access_table(model: &Model, symbols: &mut Symbolizer, grouping: Grouping) -> Vec<AccessRow> {
+    let key = |symbols: &mut Symbolizer, pc: u64| {
+        let l = symbols.locate(pc);
+        match grouping {
+            Grouping::Function => l.function.clone(),
+            Grouping::Line => l.file_line(),
+        }
+    };
+    let mut rows: HashMap<String, AccessRow> = HashMap::new();
+    for (site, counts) in model.sites.iter().zip(&model.site_counts) {
+        if counts.reads == 0 && counts.writes == 0 {
+            continue;
+        }
+        let k = key(symbols, site.pc);
+        let row = rows.entry(k.clone()).or_insert_with(|| AccessRow {
+            key: k,
+            ..AccessRow::default()
+        });
+        row.self_reads += counts.reads;
+        row.self_writes += counts.writes;
+        row.self_bytes_read += counts.bytes_read;
+    }
+    // Totals from the call tree: a function's frames, or the frames called
+    // from a line, each counted unless an ancestor already counted.
+    let frames = &model.call_tree.frames;
+    let mut frame_key: Vec<Option<String>> = Vec::with_capacity(frames.len());
+    for f in frames {
+        let k = match grouping {
+            Grouping::Function => Some(key(symbols, f.function)),
+            Grouping::Line => (f.callsite != 0).then(|| key(symbols, f.callsite)),
+        };
+        frame_key.push(k);
+    }
+    let mut extra: HashMap<String, (u64, u64)> = HashMap::new();
+    for (i, f) in frames.iter().enumerate() {
+        let Some(k) = &frame_key[i] else { continue };
+        let mut ancestor = f.parent;
+        let mut repeated = false;
+        while let Some(a) = ancestor {
+            if frame_key[a as usize].as_ref() == Some(k) {
+                repeated = true;
+                break;
+            }
+            ancestor = frames[a as usize].parent;
+        }
+        if repeated {
+            continue;
+        }
+        let e = extra.entry(k.clone()).or_default();
+        e.0 += f.total_reads;
+        e.1 += f.total_writes;
+    }
+    for (k, (r, w)) in extra {
+        let row = rows.entry(k.clone()).or_insert_with(|| AccessRow {
+            key: k,
+            ..AccessRow::default()
+        });
+        match grouping {
+            // A function's frames include its own accesses.
+            Grouping::Function => {
+                row.total_reads = r.max(row.self_reads);
+                row.total_writes = w.max(row.self_writes);
+            }
+            // Calls made from a line come on top of the line's own accesses.
+            Grouping::Line => {
+                row.total_reads = row.self_reads + r;
+                row.total_writes = row.self_writes + w;
+            }
+        }
+    }
+    let mut rows: Vec<AccessRow> = rows
+        .into_values()
+        .map(|mut r| {
+            r.total_reads = r.total_reads.max(r.self_reads);
+            r.total_writes = r.total_writes.max(r.self_writes);
+            r
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.total_reads
+            .cmp(&a.total_reads)
+            .then(b.self_reads.cmp(&a.self_reads))
+            .then(a.key.cmp(&b.key))
+    });
+    rows
+}
+
+/// Blocks, bytes, reads and writes per allocation site, most reads first.
+pub fn allocation_table(model: &Model, symbols: &mut Symbolizer) -> Vec<AllocationSiteRow> {
+    let mut rows: HashMap<String, AllocationSiteRow> = HashMap::new();
+    for a in &model.allocations {
+        let l = symbols.locate(a.callsite);
+        let site = format!("{} {} ({})", l.function, l.file_line(), a.kind.name());
+        let row = rows
+            .entry(site.clone())
+            .or_insert_with(|| AllocationSiteRow {
+                site,
+                ..Default::default()
+            });
+        row.blocks += 1;
+        row.bytes += a.size;
+        row.reads += a.reads;
+        row.writes += a.writes;
+        row.live_at_end += u64::from(a.free_column.is_none());
+    }
+    let mut rows: Vec<AllocationSiteRow> = rows.into_values().collect();
+    rows.sort_by(|a, b| {
+        b.reads
+            .cmp(&a.reads)
+            .then(b.bytes.cmp(&a.bytes))
+            .then(a.site.cmp(&b.site))
+    });
+    rows
+}

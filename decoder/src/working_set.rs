@@ -1,0 +1,374 @@
+//! The working set of cache lines: the algorithm behind the bitmap.
+//!
+//! The set is carried forward one *column* per memory-read event. Lines are
+//! kept sorted by address; a line's row is its rank. For each read:
+//! - every line the read touches (an access that straddles a line boundary
+//!   touches both lines; a rep-string range touches all of them) is either
+//!   - a **hit**: its age goes back to `max_age`, the bytes read are added to
+//!     `bytes_read`, and the touched bytes are or-ed into its byte mask; or
+//!   - a **miss**: the line is inserted at its sorted row (rows below shift
+//!     down by one), every *other* line's age drops by one, and lines whose
+//!     age reaches 0 leave the set.
+//! - `max_rows` is a hard cap on the set size: when an insertion exceeds it,
+//!   the least recently touched line leaves.
+//!
+//! Ages are not decremented one by one: a line stores the value of the miss
+//! clock when it was last touched, and its age is `max_age - (clock -
+//! last_touch)`. A miss is then O(log n + n) for the sorted insertion (a
+//! memmove of at most `max_rows` entries) and a hit is a binary search.
+//! Writes do not enter the set: the bitmap shows how reads use lines.
+
+use std::collections::VecDeque;
+
+/// Configuration of the working set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkingSetConfig {
+    /// Cache line size in bytes: a power of two from 8 to 128.
+    pub line_size: u32,
+    /// Misses a line survives untouched; also the bound on the set height.
+    pub max_age: u32,
+    /// Hard cap on the number of lines (least recently used leaves first).
+    pub max_rows: u32,
+}
+
+impl Default for WorkingSetConfig {
+    fn default() -> Self {
+        // 512 lines of 64 bytes: a 32 KiB L1 data cache.
+        WorkingSetConfig {
+            line_size: 64,
+            max_age: 512,
+            max_rows: 512,
+        }
+    }
+}
+
+impl WorkingSetConfig {
+    /// Checks the ranges; returns a message for people when out of range.
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.line_size.is_power_of_two() || !(8..=128).contains(&self.line_size) {
+            return Err(format!(
+                "line size {} must be a power of two from 8 to 128",
+                self.line_size
+            ));
+        }
+        if self.max_age == 0 {
+            return Err("max age must be at least 1".to_string());
+        }
+        if self.max_rows == 0 {
+            return Err("max rows must be at least 1".to_string());
+        }
+        Ok(())
+    }
+}
+
+/// One cache line in the set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineState {
+    /// Line number: address / line size.
+    pub line: u64,
+    /// Miss clock at the last touch.
+    pub last_touch: u64,
+    /// Bytes read from the line since it entered the set (repeats count).
+    pub bytes_read: u32,
+    /// Which bytes of the line were read (bit i: byte i).
+    pub touched: u128,
+}
+
+impl LineState {
+    /// Distinct bytes read since the line entered the set.
+    pub fn distinct_bytes(&self) -> u32 {
+        self.touched.count_ones()
+    }
+}
+
+/// A line leaving the set, for fetch statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Departure {
+    /// The line's final state.
+    pub state: LineState,
+}
+
+/// The working set itself.
+#[derive(Clone, Debug)]
+pub struct WorkingSet {
+    config: WorkingSetConfig,
+    shift: u32,
+    lines: Vec<LineState>,
+    clock: u64,
+    /// (last_touch, line) in touch order; entries whose line was touched
+    /// again since are stale and skipped.
+    touch_queue: VecDeque<(u64, u64)>,
+}
+
+/// What one read did to the set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadEffect {
+    /// Lines inserted (misses).
+    pub inserted: u32,
+    /// Lines touched that were already present (hits).
+    pub hits: u32,
+}
+
+impl WorkingSet {
+    /// An empty set. The config must be valid ([`WorkingSetConfig::validate`]).
+    pub fn new(config: WorkingSetConfig) -> Self {
+        WorkingSet {
+            config,
+            shift: config.line_size.trailing_zeros(),
+            lines: Vec::with_capacity(config.max_rows.min(4096) as usize + 1),
+            clock: 0,
+            touch_queue: VecDeque::new(),
+        }
+    }
+
+    /// Restores a set from a snapshot taken with [`WorkingSet::lines`] and
+    /// [`WorkingSet::clock`].
+    pub fn restore(config: WorkingSetConfig, lines: &[LineState], clock: u64) -> Self {
+        let mut set = WorkingSet::new(config);
+        set.lines = lines.to_vec();
+        set.clock = clock;
+        let mut order: Vec<(u64, u64)> = lines.iter().map(|l| (l.last_touch, l.line)).collect();
+        order.sort_unstable();
+        set.touch_queue = order.into();
+        set
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &WorkingSetConfig {
+        &self.config
+    }
+
+    /// Lines in row order (ascending address).
+    pub fn lines(&self) -> &[LineState] {
+        &self.lines
+    }
+
+    /// The miss clock: insertions so far.
+    pub fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// Age of a line now: `max_age` when just touched, 1 just before leaving.
+    pub fn age(&self, state: &LineState) -> u32 {
+        let since = self.clock - state.last_touch;
+        self.config
+            .max_age
+            .saturating_sub(since.min(u64::from(u32::MAX)) as u32)
+    }
+
+    /// Applies one read of `size` bytes at `addr`. Lines that leave are
+    /// passed to `depart`.
+    #[inline]
+    pub fn read(&mut self, addr: u64, size: u64, mut depart: impl FnMut(Departure)) -> ReadEffect {
+        let mut effect = ReadEffect::default();
+        if size == 0 {
+            return effect;
+        }
+        let end = addr.saturating_add(size);
+        let line_size = u64::from(self.config.line_size);
+        let mut line = addr >> self.shift;
+        let last = (end - 1) >> self.shift;
+        loop {
+            let line_start = line << self.shift;
+            let lo = addr.max(line_start) - line_start;
+            let hi = end.min(line_start + line_size) - line_start;
+            let mask = byte_mask(lo as u32, hi as u32);
+            self.touch(line, (hi - lo) as u32, mask, &mut effect, &mut depart);
+            if line == last {
+                break;
+            }
+            line += 1;
+        }
+        effect
+    }
+
+    #[inline]
+    fn touch(
+        &mut self,
+        line: u64,
+        bytes: u32,
+        mask: u128,
+        effect: &mut ReadEffect,
+        depart: &mut impl FnMut(Departure),
+    ) {
+        match self.lines.binary_search_by_key(&line, |l| l.line) {
+            Ok(i) => {
+                let l = &mut self.lines[i];
+                l.bytes_read = l.bytes_read.saturating_add(bytes);
+                l.touched |= mask;
+                if l.last_touch != self.clock {
+                    l.last_touch = self.clock;
+                    self.touch_queue.push_back((self.clock, line));
+                }
+                effect.hits += 1;
+            }
+            Err(i) => {
+                self.clock += 1;
+                self.lines.insert(
+                    i,
+                    LineState {
+                        line,
+                        last_touch: self.clock,
+                        bytes_read: bytes,
+                        touched: mask,
+                    },
+                );
+                self.touch_queue.push_back((self.clock, line));
+                effect.inserted += 1;
+                self.expire(depart);
+            }
+        }
+    }
+
+    /// Removes lines whose age reached 0, then the least recently used ones
+    /// while the set is over `max_rows`.
+    fn expire(&mut self, depart: &mut impl FnMut(Departure)) {
+        let max_age = u64::from(self.config.max_age);
+        while let Some(&(touched_at, line)) = self.touch_queue.front() {
+            let too_old = self.clock - touched_at >= max_age;
+            let over_cap = self.lines.len() > self.config.max_rows as usize;
+            if !too_old && !over_cap {
+                break;
+            }
+            self.touch_queue.pop_front();
+            if let Ok(i) = self.lines.binary_search_by_key(&line, |l| l.line) {
+                if self.lines[i].last_touch == touched_at {
+                    depart(Departure {
+                        state: self.lines.remove(i),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Empties the set (end of the trace), reporting every line.
+    pub fn drain(&mut self, mut depart: impl FnMut(Departure)) {
+        for state in self.lines.drain(..) {
+            depart(Departure { state });
+        }
+        self.touch_queue.clear();
+    }
+}
+
+/// Bits `lo..hi` set.
+#[inline]
+fn byte_mask(lo: u32, hi: u32) -> u128 {
+    let upto = |n: u32| {
+        if n >= 128 {
+            u128::MAX
+        } else {
+            (1u128 << n) - 1
+        }
+    };
+    upto(hi) & !upto(lo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max_age: u32, max_rows: u32) -> WorkingSetConfig {
+        WorkingSetConfig {
+            line_size: 64,
+            max_age,
+            max_rows,
+        }
+    }
+
+    fn rows(set: &WorkingSet) -> Vec<(u64, u32)> {
+        set.lines().iter().map(|l| (l.line, set.age(l))).collect()
+    }
+
+    #[test]
+    fn inserts_sorted_and_ages_other_lines_on_misses_only() {
+        let mut set = WorkingSet::new(config(3, 10));
+        let mut gone = Vec::new();
+        set.read(5 * 64, 8, |d| gone.push(d.state.line));
+        set.read(2 * 64, 8, |d| gone.push(d.state.line));
+        assert_eq!(
+            rows(&set),
+            vec![(2, 3), (5, 2)],
+            "line 2 inserted above 5; 5 aged by one"
+        );
+        set.read(5 * 64 + 8, 8, |d| gone.push(d.state.line));
+        assert_eq!(
+            rows(&set),
+            vec![(2, 3), (5, 3)],
+            "a hit refreshes and ages nobody"
+        );
+        set.read(9 * 64, 4, |d| gone.push(d.state.line));
+        set.read(1 * 64, 4, |d| gone.push(d.state.line));
+        // Two misses since line 2 and 5 were touched: ages 1; a third leaves them.
+        assert_eq!(rows(&set), vec![(1, 3), (2, 1), (5, 1), (9, 2)]);
+        set.read(7 * 64, 4, |d| gone.push(d.state.line));
+        gone.sort();
+        assert_eq!(gone, vec![2, 5]);
+        assert_eq!(rows(&set), vec![(1, 2), (7, 3), (9, 1)]);
+    }
+
+    #[test]
+    fn straddling_reads_touch_both_lines_and_count_bytes() {
+        let mut set = WorkingSet::new(WorkingSetConfig::default());
+        let e = set.read(60, 8, |_| {});
+        assert_eq!(
+            e,
+            ReadEffect {
+                inserted: 2,
+                hits: 0
+            }
+        );
+        let l = set.lines();
+        assert_eq!(
+            (l[0].line, l[0].bytes_read, l[0].distinct_bytes()),
+            (0, 4, 4)
+        );
+        assert_eq!((l[1].line, l[1].bytes_read, l[1].touched), (1, 4, 0b1111));
+        set.read(60, 8, |_| {});
+        assert_eq!(
+            set.lines()[0].bytes_read,
+            8,
+            "repeated bytes count in bytes_read"
+        );
+        assert_eq!(set.lines()[0].distinct_bytes(), 4, "but not in the mask");
+    }
+
+    #[test]
+    fn max_rows_evicts_least_recently_used() {
+        let mut set = WorkingSet::new(config(100, 2));
+        let mut gone = Vec::new();
+        set.read(0, 1, |d| gone.push(d.state.line));
+        set.read(64, 1, |d| gone.push(d.state.line));
+        set.read(0, 1, |d| gone.push(d.state.line)); // line 0 now more recent
+        set.read(128, 1, |d| gone.push(d.state.line));
+        assert_eq!(gone, vec![1]);
+        assert_eq!(
+            set.lines().iter().map(|l| l.line).collect::<Vec<_>>(),
+            vec![0, 2]
+        );
+    }
+
+    #[test]
+    fn height_never_exceeds_max_age() {
+        let mut set = WorkingSet::new(config(16, 1000));
+        for i in 0..1000u64 {
+            set.read((i * 7919 % 4096) * 64, 8, |_| {});
+            assert!(set.lines().len() <= 16);
+        }
+    }
+
+    #[test]
+    fn restore_continues_identically() {
+        let mut a = WorkingSet::new(config(8, 8));
+        for i in 0..50u64 {
+            a.read((i * 37 % 20) * 64, 4, |_| {});
+        }
+        let mut b = WorkingSet::restore(*a.config(), a.lines(), a.clock());
+        for i in 0..50u64 {
+            let (mut ga, mut gb) = (Vec::new(), Vec::new());
+            a.read((i * 13 % 23) * 64, 4, |d| ga.push(d.state.line));
+            b.read((i * 13 % 23) * 64, 4, |d| gb.push(d.state.line));
+            assert_eq!(ga, gb);
+            assert_eq!(a.lines(), b.lines());
+        }
+    }
+}
