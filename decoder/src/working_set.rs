@@ -18,7 +18,7 @@
 //! memmove of at most `max_rows` entries) and a hit is a binary search.
 //! Writes do not enter the set: the bitmap shows how reads use lines.
 
-use std::collections::VecDeque;
+use std::collections::BTreeSet;
 
 /// Configuration of the working set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +68,9 @@ pub struct LineState {
     pub line: u64,
     /// Miss clock at the last touch.
     pub last_touch: u64,
+    /// Order of the last refresh (the first touch after a miss): breaks
+    /// ties between lines with the same `last_touch` for LRU eviction.
+    pub seq: u64,
     /// Bytes read from the line since it entered the set (repeats count).
     pub bytes_read: u32,
     /// Which bytes of the line were read (bit i: byte i).
@@ -95,9 +98,11 @@ pub struct WorkingSet {
     shift: u32,
     lines: Vec<LineState>,
     clock: u64,
-    /// (last_touch, line) in touch order; entries whose line was touched
-    /// again since are stale and skipped.
-    touch_queue: VecDeque<(u64, u64)>,
+    /// (seq, line) of every line: the eviction order (oldest first). It
+    /// depends only on the lines' states, so a restored snapshot evicts
+    /// exactly like the original.
+    by_age: BTreeSet<(u64, u64)>,
+    seq: u64,
 }
 
 /// What one read did to the set.
@@ -117,7 +122,8 @@ impl WorkingSet {
             shift: config.line_size.trailing_zeros(),
             lines: Vec::with_capacity(config.max_rows.min(4096) as usize + 1),
             clock: 0,
-            touch_queue: VecDeque::new(),
+            by_age: BTreeSet::new(),
+            seq: 0,
         }
     }
 
@@ -127,9 +133,8 @@ impl WorkingSet {
         let mut set = WorkingSet::new(config);
         set.lines = lines.to_vec();
         set.clock = clock;
-        let mut order: Vec<(u64, u64)> = lines.iter().map(|l| (l.last_touch, l.line)).collect();
-        order.sort_unstable();
-        set.touch_queue = order.into();
+        set.by_age = lines.iter().map(|l| (l.seq, l.line)).collect();
+        set.seq = lines.iter().map(|l| l.seq).max().unwrap_or(0);
         set
     }
 
@@ -197,23 +202,20 @@ impl WorkingSet {
                 l.bytes_read = l.bytes_read.saturating_add(bytes);
                 l.touched |= mask;
                 if l.last_touch != self.clock {
+                    self.seq += 1;
+                    self.by_age.remove(&(l.seq, line));
                     l.last_touch = self.clock;
-                    self.touch_queue.push_back((self.clock, line));
+                    l.seq = self.seq;
+                    self.by_age.insert((self.seq, line));
                 }
                 effect.hits += 1;
             }
             Err(i) => {
                 self.clock += 1;
-                self.lines.insert(
-                    i,
-                    LineState {
-                        line,
-                        last_touch: self.clock,
-                        bytes_read: bytes,
-                        touched: mask,
-                    },
-                );
-                self.touch_queue.push_back((self.clock, line));
+                self.seq += 1;
+                let state = LineState { line, last_touch: self.clock, seq: self.seq, bytes_read: bytes, touched: mask };
+                self.lines.insert(i, state);
+                self.by_age.insert((self.seq, line));
                 effect.inserted += 1;
                 self.expire(depart);
             }
@@ -224,20 +226,20 @@ impl WorkingSet {
     /// while the set is over `max_rows`.
     fn expire(&mut self, depart: &mut impl FnMut(Departure)) {
         let max_age = u64::from(self.config.max_age);
-        while let Some(&(touched_at, line)) = self.touch_queue.front() {
-            let too_old = self.clock - touched_at >= max_age;
+        while let Some(&(_, line)) = self.by_age.first() {
+            let Ok(i) = self.lines.binary_search_by_key(&line, |l| l.line) else {
+                self.by_age.pop_first();
+                continue;
+            };
+            // Sequence order is touch order, so the first line is also the
+            // one with the oldest `last_touch`.
+            let too_old = self.clock - self.lines[i].last_touch >= max_age;
             let over_cap = self.lines.len() > self.config.max_rows as usize;
             if !too_old && !over_cap {
                 break;
             }
-            self.touch_queue.pop_front();
-            if let Ok(i) = self.lines.binary_search_by_key(&line, |l| l.line) {
-                if self.lines[i].last_touch == touched_at {
-                    depart(Departure {
-                        state: self.lines.remove(i),
-                    });
-                }
-            }
+            self.by_age.pop_first();
+            depart(Departure { state: self.lines.remove(i) });
         }
     }
 
@@ -246,7 +248,7 @@ impl WorkingSet {
         for state in self.lines.drain(..) {
             depart(Departure { state });
         }
-        self.touch_queue.clear();
+        self.by_age.clear();
     }
 }
 

@@ -1,0 +1,194 @@
+//! Decoder tests on synthetic traces written with the trace-rt writer.
+
+use std::path::PathBuf;
+
+use decoder::model::{DecodeOptions, Model};
+use decoder::raster::{BitmapView, Palette, cell_colour, rasterize_bitmap};
+use decoder::working_set::WorkingSetConfig;
+use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Metadata, Site, TraceWriter, Trailer};
+
+/// Writes a trace of `reads` (address, size) as 64-byte-site reads of one
+/// invocation, with small chunks; returns its path.
+fn write_trace(name: &str, reads: &[(u64, u32)], finish: bool, chunk: usize) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("linetrace-decoder-{name}-{}.lntrace", std::process::id()));
+    let file = std::fs::File::create(&path).expect("create");
+    let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
+    w.set_chunk_target(chunk);
+    let mut sites = std::collections::HashMap::new();
+    w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
+    for &(addr, size) in reads {
+        let site = *sites.entry(size).or_insert_with(|| {
+            w.add_site(Site { pc: 0x1000 + u64::from(size), len: 4, kind: AccessKind::Read, size, count: 1 })
+        });
+        w.push(1, &Event::Access { site, addr }).expect("push");
+    }
+    if finish {
+        w.finish(&Trailer::default()).expect("finish");
+    } else {
+        // The recorder died: whatever was flushed stays, no end chunk.
+        w.flush().expect("flush");
+        drop(w);
+    }
+    path
+}
+
+fn options(max_age: u32, max_rows: u32, snapshot_every: u64) -> DecodeOptions {
+    DecodeOptions { working_set: WorkingSetConfig { line_size: 64, max_age, max_rows }, snapshot_every }
+}
+
+fn to8(c: [f64; 3]) -> [u8; 4] {
+    let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
+    [q(c[0]), q(c[1]), q(c[2]), 255]
+}
+
+#[test]
+fn pixels_of_a_three_column_trace() {
+    // Line 0, line 1, line 0 again, 64 bytes each.
+    let path = write_trace("pixels", &[(0, 64), (64, 64), (0, 64)], true, 1 << 20);
+    let model = Model::decode(&path, &options(4, 4, 1), &mut |_| {}).expect("decode");
+    assert_eq!(model.columns, 3);
+    let p = Palette::default();
+    let view = BitmapView { columns: (0.0, 3.0), rows: (0.0, 2.0), width: 3, height: 2, alpha: 1.0 };
+    let img = rasterize_bitmap(&model, &view, &p).expect("raster");
+    let green = p.used;
+    let bg = p.background;
+    // Hand-computed: column 1 ages line 0 to 3/4 when line 1 is inserted.
+    let aged = [bg[0] * 0.25 + green[0] * 0.75, bg[1] * 0.25 + green[1] * 0.75, bg[2] * 0.25 + green[2] * 0.75];
+    assert_eq!(img.pixel(0, 0), to8(green));
+    assert_eq!(img.pixel(0, 1), to8(bg));
+    assert_eq!(img.pixel(1, 0), to8(aged));
+    assert_eq!(img.pixel(1, 1), to8(green));
+    assert_eq!(img.pixel(2, 0), to8(green));
+    assert_eq!(img.pixel(2, 1), to8(green));
+
+    // All six cells in one pixel, alpha 1: each cell covers 1/6; five are
+    // present, one is background: C = (g + aged + g + g + g + bg) / 6.
+    let view = BitmapView { columns: (0.0, 3.0), rows: (0.0, 2.0), width: 1, height: 1, alpha: 1.0 };
+    let img = rasterize_bitmap(&model, &view, &p).expect("raster");
+    let mean = |k: usize| (4.0 * green[k] + aged[k] + bg[k]) / 6.0;
+    assert_eq!(img.pixel(0, 0), to8([mean(0), mean(1), mean(2)]));
+
+    // alpha 2: weights f^2 = 1/36 each, B = (1/6)^2:
+    // C = (sum of 5 colours / 36 + bg / 36) / (6 / 36), the same mean here
+    // because every cell covers the same fraction.
+    let view = BitmapView { alpha: 2.0, ..view };
+    let img2 = rasterize_bitmap(&model, &view, &p).expect("raster");
+    assert_eq!(img2.pixel(0, 0), img.pixel(0, 0));
+}
+
+#[test]
+fn colours_go_from_purple_to_green_and_fade_with_age() {
+    let p = Palette::default();
+    let close = |a: [f64; 3], b: [f64; 3]| a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-9);
+    assert!(close(cell_colour(&p, 0, 64, 512, 512), p.unused));
+    assert!(close(cell_colour(&p, 64, 64, 512, 512), p.used));
+    assert!(close(cell_colour(&p, 640, 64, 512, 512), p.used), "more than a line's worth stays green");
+    let half = cell_colour(&p, 32, 64, 512, 512);
+    assert!(close(half, [0, 1, 2].map(|k| (p.unused[k] + p.used[k]) / 2.0)));
+    assert!(close(cell_colour(&p, 64, 64, 0, 512), p.background), "age 0 is gone");
+    let faded = cell_colour(&p, 64, 64, 128, 512);
+    assert!(close(faded, [0, 1, 2].map(|k| p.background[k] * 0.75 + p.used[k] * 0.25)));
+}
+
+#[test]
+fn a_single_access_stays_visible_with_alpha_below_one() {
+    let path = write_trace("isolated", &[(4096, 8)], true, 1 << 20);
+    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let p = Palette::default();
+    // One column among 100,000, one row among 100, all in one pixel.
+    let view = |alpha| BitmapView { columns: (0.0, 100_000.0), rows: (0.0, 100.0), width: 1, height: 1, alpha };
+    let bg = to8(p.background);
+    let dull = rasterize_bitmap(&model, &view(1.0), &p).expect("raster").pixel(0, 0);
+    let lifted = rasterize_bitmap(&model, &view(0.1), &p).expect("raster").pixel(0, 0);
+    assert!(dull.iter().zip(&bg).all(|(a, b)| a.abs_diff(*b) <= 1), "alpha 1 averages it away: {dull:?}");
+    let diff: u32 = lifted.iter().zip(&bg).map(|(a, b)| u32::from(a.abs_diff(*b))).sum();
+    assert!(diff >= 30, "alpha 0.1 keeps it visible: {lifted:?} vs {bg:?}");
+}
+
+#[test]
+fn replay_from_any_snapshot_matches_a_straight_run() {
+    let mut seed = 1u64;
+    let reads: Vec<(u64, u32)> = (0..5000)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (((seed >> 33) % 300) * 16, 16)
+        })
+        .collect();
+    let path = write_trace("replay", &reads, true, 256);
+    let coarse = Model::decode(&path, &options(32, 32, u64::MAX), &mut |_| {}).expect("decode");
+    let fine = Model::decode(&path, &options(32, 32, 10), &mut |_| {}).expect("decode");
+    assert_eq!(coarse.working_set.snapshots.len(), 1);
+    assert!(fine.working_set.snapshots.len() > 20, "{}", fine.working_set.snapshots.len());
+    for (from, to) in [(0, 50), (1234, 1300), (4990, 5000), (2500, 2501)] {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        coarse.replay(from, to, |c, s| a.push((c, s.lines().to_vec()))).expect("replay");
+        fine.replay(from, to, |c, s| b.push((c, s.lines().to_vec()))).expect("replay");
+        assert_eq!(a.len() as u64, to - from);
+        let first_difference = a.iter().zip(&b).position(|(x, y)| x != y);
+        assert_eq!(first_difference, None, "columns {from}..{to}");
+    }
+}
+
+#[test]
+fn a_truncated_trace_decodes_and_says_so() {
+    let reads: Vec<(u64, u32)> = (0..1000).map(|i| (i * 8, 8)).collect();
+    let path = write_trace("truncated", &reads, false, 512);
+    let len = std::fs::metadata(&path).expect("meta").len();
+    // Cut the file in the middle of a chunk, as a crash would.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
+    file.set_len(len - 7).expect("truncate");
+    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    assert!(model.end.is_truncated());
+    assert!(model.columns > 0 && model.columns < 1000, "{}", model.columns);
+    assert_eq!(model.call_tree.frames.len(), 1);
+    assert!(model.call_tree.frames[0].unfinished);
+    assert_eq!(model.call_tree.frames[0].end_column, model.columns);
+}
+
+#[test]
+fn metrics_of_a_strided_sweep() {
+    // 4 reads of 16 bytes per line over 8 lines, then the same again.
+    let mut reads: Vec<(u64, u32)> = (0..32).map(|i| (i * 16, 16)).collect();
+    reads.extend((0..32).map(|i| (i * 16, 16)));
+    let path = write_trace("metrics", &reads, true, 1 << 20);
+    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let m = &model.metrics;
+    assert_eq!(model.total.reads, 64);
+    assert_eq!(model.total.unique_lines, 8);
+    assert_eq!(m.line_fetches, 8);
+    assert_eq!(m.mean_bytes_read_per_fetch, 128.0);
+    assert_eq!(m.mean_distinct_bytes_per_fetch, 64.0);
+    assert_eq!(m.utilisation, 1.0);
+    // Reuse: 8 cold; within a line distance 0 (3 per line per pass, and 4
+    // in the second pass); second-pass first touches have distance 7.
+    assert_eq!(m.reuse.cold, 8);
+    assert_eq!(m.reuse.buckets[0], 8 * 3 + 8 * 3);
+    assert_eq!(m.reuse.buckets[3], 8, "distance 7 is in [4, 8)");
+}
+
+#[test]
+fn reads_fall_into_allocations() {
+    let path = std::env::temp_dir().join(format!("linetrace-decoder-alloc-{}.lntrace", std::process::id()));
+    let file = std::fs::File::create(&path).expect("create");
+    let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
+    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let alloc = |kind, size, ptr_in, ptr_out| {
+        Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite: 0x20 })
+    };
+    w.push(1, &alloc(AllocKind::Malloc, 100, 0, 0x5000)).expect("push");
+    w.push(1, &Event::Access { site, addr: 0x5000 }).expect("push");
+    w.push(1, &Event::Access { site, addr: 0x5060 }).expect("push");
+    w.push(1, &Event::Access { site, addr: 0x5064 }).expect("push"); // past the block
+    w.push(1, &alloc(AllocKind::Realloc, 200, 0x5000, 0x6000)).expect("push");
+    w.push(1, &Event::Access { site, addr: 0x5000 }).expect("push"); // freed
+    w.push(1, &Event::Access { site, addr: 0x6010 }).expect("push");
+    w.push(1, &alloc(AllocKind::Free, 0, 0x6000, 0)).expect("push");
+    w.push(1, &alloc(AllocKind::Free, 0, 0x9999, 0)).expect("push");
+    w.finish(&Trailer::default()).expect("finish");
+    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let blocks: Vec<(u64, u64, u64, Option<u64>, u64)> =
+        model.allocations.iter().map(|a| (a.address, a.size, a.alloc_column, a.free_column, a.reads)).collect();
+    assert_eq!(blocks, vec![(0x5000, 100, 0, Some(3), 2), (0x6000, 200, 3, Some(5), 1)]);
+    assert_eq!(model.metrics.foreign_frees, 1);
+}
