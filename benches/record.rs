@@ -22,9 +22,7 @@ use instrument::sys;
 const ROUNDS: usize = 5;
 
 fn build(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/c")
-        .join(format!("{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c").join(format!("{name}.c"));
     let out = dir.join(name);
     // -no-pie: link-time addresses are run-time addresses, so the raw
     // stepper needs no load-bias logic.
@@ -45,14 +43,9 @@ fn build(name: &str, dir: &Path) -> PathBuf {
 fn raw_stepper(program: &Path, args: &[&str], function: &str) -> (u64, f64) {
     use std::os::unix::process::CommandExt;
     let symbols = ElfSymbols::load(program).expect("symbols");
-    let entry = symbols
-        .resolve(function, program)
-        .expect("function")
-        .address;
+    let entry = symbols.resolve(function, program).expect("function").address;
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .stdout(std::process::Stdio::null())
-        .env("LD_BIND_NOW", "1");
+    cmd.args(args).stdout(std::process::Stdio::null()).env("LD_BIND_NOW", "1");
     // SAFETY: PTRACE_TRACEME only.
     unsafe { cmd.pre_exec(sys::traceme) };
     let child = cmd.spawn().expect("spawn");
@@ -92,12 +85,7 @@ unsafe extern "C" {
 
 /// Records `function` with linetrace. Returns (steps, seconds, file bytes,
 /// event-chunk bytes, accesses).
-fn linetrace(
-    program: &Path,
-    args: &[&str],
-    function: &str,
-    trace: &Path,
-) -> (u64, f64, u64, u64, u64) {
+fn linetrace(program: &Path, args: &[&str], function: &str, trace: &Path) -> (u64, f64, u64, u64, u64) {
     let summary = instrument::record(instrument::RecordOptions {
         program: program.to_path_buf(),
         args: args.iter().map(Into::into).collect(),
@@ -109,13 +97,7 @@ fn linetrace(
     .expect("record");
     let mut reader = trace_rt::format::TraceReader::open(trace).expect("trace");
     while reader.next_record().expect("read").is_some() {}
-    (
-        summary.instructions,
-        summary.elapsed.as_secs_f64(),
-        summary.trace_bytes,
-        reader.event_bytes(),
-        summary.accesses,
-    )
+    (summary.instructions, summary.elapsed.as_secs_f64(), summary.trace_bytes, reader.event_bytes(), summary.accesses)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -152,11 +134,8 @@ fn main() {
     }
 
     println!("bytes per access on disk");
-    let cases: [(&Path, &[&str], &str); 3] = [
-        (&sweep, &[], "work"),
-        (&matmul, &[], "matmul_naive"),
-        (&matmul, &[], "matmul_blocked"),
-    ];
+    let cases: [(&Path, &[&str], &str); 3] =
+        [(&sweep, &[], "work"), (&matmul, &[], "matmul_naive"), (&matmul, &[], "matmul_blocked")];
     for (program, args, function) in cases {
         let (_, _, file, events, accesses) = linetrace(program, args, function, &trace);
         let name = program.file_name().and_then(|n| n.to_str()).unwrap_or("?");

@@ -27,10 +27,7 @@ fn main() {
     let values: Vec<i64> = (0..256).collect();
     let mut head: Option<Box<Node>> = None;
     for &v in values.iter().rev() {
-        head = Some(Box::new(Node {
-            value: v,
-            next: head,
-        }));
+        head = Some(Box::new(Node { value: v, next: head }));
     }
     let a = sum_vec(black_box(&values));
     let b = sum_list(black_box(head.as_deref()));

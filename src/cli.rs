@@ -78,11 +78,7 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub quiet: bool,
     /// The program to run, then its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        value_name = "PROGRAM [ARGS]..."
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     pub command: Vec<OsString>,
 }
 
@@ -184,14 +180,8 @@ impl DecodeArgs {
 
 /// Parses `A..B` into a column range.
 pub fn parse_columns(text: &str) -> Result<(u64, u64), String> {
-    let (a, b) = text
-        .split_once("..")
-        .ok_or_else(|| format!("--columns {text:?}: expected A..B"))?;
-    let parse = |s: &str| {
-        s.trim()
-            .parse::<u64>()
-            .map_err(|_| format!("--columns {text:?}: {s:?} is not a number"))
-    };
+    let (a, b) = text.split_once("..").ok_or_else(|| format!("--columns {text:?}: expected A..B"))?;
+    let parse = |s: &str| s.trim().parse::<u64>().map_err(|_| format!("--columns {text:?}: {s:?} is not a number"));
     let (a, b) = (parse(a)?, parse(b)?);
     if a >= b {
         return Err(format!("--columns {text:?}: the range is empty"));

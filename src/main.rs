@@ -31,10 +31,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         // `linetrace dump FILE | head` closes the pipe early: not an error.
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
-        {
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => {
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -50,22 +47,21 @@ fn record(args: RecordArgs) -> Result<ExitCode> {
     let program = command.next().context("no program given")?;
     let show_progress = !args.quiet;
     let tty = std::io::stderr().is_terminal();
-    let progress: Box<dyn FnMut(&instrument::Progress)> =
-        Box::new(move |p: &instrument::Progress| {
-            if !show_progress {
-                return;
-            }
-            let rate = p.instructions as f64 / p.elapsed.as_secs_f64().max(1e-9);
-            let line = format!(
-                "linetrace: {} instructions stepped ({:.0}/s), {} accesses, {} invocations",
-                p.instructions, rate, p.accesses, p.invocations
-            );
-            if tty {
-                eprint!("\r{line}\x1b[K");
-            } else {
-                eprintln!("{line}");
-            }
-        });
+    let progress: Box<dyn FnMut(&instrument::Progress)> = Box::new(move |p: &instrument::Progress| {
+        if !show_progress {
+            return;
+        }
+        let rate = p.instructions as f64 / p.elapsed.as_secs_f64().max(1e-9);
+        let line = format!(
+            "linetrace: {} instructions stepped ({:.0}/s), {} accesses, {} invocations",
+            p.instructions, rate, p.accesses, p.invocations
+        );
+        if tty {
+            eprint!("\r{line}\x1b[K");
+        } else {
+            eprintln!("{line}");
+        }
+    });
     let output = args.output.clone();
     let summary = instrument::record(instrument::RecordOptions {
         program: program.into(),
@@ -102,9 +98,7 @@ fn record(args: RecordArgs) -> Result<ExitCode> {
 /// Decodes a trace with a progress bar that appears when decoding takes
 /// more than a second.
 fn decode(file: &Path, args: &cli::DecodeArgs) -> Result<Model> {
-    let total = std::fs::metadata(file)
-        .with_context(|| format!("reading {}", file.display()))?
-        .len();
+    let total = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?.len();
     let started = Instant::now();
     let mut bar: Option<ProgressBar> = None;
     let mut progress = |done: u64| {
@@ -120,8 +114,8 @@ fn decode(file: &Path, args: &cli::DecodeArgs) -> Result<Model> {
             b.set_position(done);
         }
     };
-    let model = Model::decode(file, &args.options(), &mut progress)
-        .with_context(|| format!("decoding {}", file.display()));
+    let model =
+        Model::decode(file, &args.options(), &mut progress).with_context(|| format!("decoding {}", file.display()));
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -155,15 +149,9 @@ fn report(args: ReportArgs) -> Result<()> {
     let mut symbols = Symbolizer::new(&model.modules);
     let (mut by_function, mut by_line, mut by_allocation) = (None, None, None);
     match args.by {
-        Some(ReportGrouping::Function) => {
-            by_function = Some(access_table(&model, &mut symbols, Grouping::Function))
-        }
-        Some(ReportGrouping::Line) => {
-            by_line = Some(access_table(&model, &mut symbols, Grouping::Line))
-        }
-        Some(ReportGrouping::Allocation) => {
-            by_allocation = Some(allocation_table(&model, &mut symbols))
-        }
+        Some(ReportGrouping::Function) => by_function = Some(access_table(&model, &mut symbols, Grouping::Function)),
+        Some(ReportGrouping::Line) => by_line = Some(access_table(&model, &mut symbols, Grouping::Line)),
+        Some(ReportGrouping::Allocation) => by_allocation = Some(allocation_table(&model, &mut symbols)),
         None => {}
     }
     let exit = match &model.end {
@@ -212,13 +200,7 @@ fn report(args: ReportArgs) -> Result<()> {
         writeln!(
             out,
             "{name:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8} {:>8}",
-            t.instructions,
-            t.reads,
-            t.writes,
-            t.bytes_read,
-            t.unique_lines,
-            t.allocations,
-            t.invocations
+            t.instructions, t.reads, t.writes, t.bytes_read, t.unique_lines, t.allocations, t.invocations
         )
     };
     writeln!(
@@ -239,11 +221,7 @@ fn report(args: ReportArgs) -> Result<()> {
         "line fetches:            {} ({}-byte lines, working set up to {} rows)",
         mt.line_fetches, report.line_size, mt.max_rows
     )?;
-    writeln!(
-        out,
-        "bytes read per fetch:    {:.1}",
-        mt.mean_bytes_read_per_fetch
-    )?;
+    writeln!(out, "bytes read per fetch:    {:.1}", mt.mean_bytes_read_per_fetch)?;
     writeln!(
         out,
         "distinct bytes / fetch:  {:.1} (utilisation {:.0}%)",
@@ -254,21 +232,13 @@ fn report(args: ReportArgs) -> Result<()> {
     for (k, n) in mt.reuse.buckets.iter().enumerate().filter(|(_, n)| **n > 0) {
         let lo = decoder::reuse::ReuseHistogram::bucket_start(k);
         let hi = decoder::reuse::ReuseHistogram::bucket_start(k + 1);
-        if hi - lo <= 1 {
-            write!(out, ", {lo}: {n}")?
-        } else {
-            write!(out, ", {lo}-{}: {n}", hi - 1)?
-        }
+        if hi - lo <= 1 { write!(out, ", {lo}: {n}")? } else { write!(out, ", {lo}-{}: {n}", hi - 1)? }
     }
     writeln!(out)?;
     let limit = args.limit;
     if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
         writeln!(out)?;
-        let title = if report.by_function.is_some() {
-            "function"
-        } else {
-            "line"
-        };
+        let title = if report.by_function.is_some() { "function" } else { "line" };
         writeln!(
             out,
             "{:>12} {:>12} {:>12} {:>12}  {title}",
@@ -301,41 +271,24 @@ fn report(args: ReportArgs) -> Result<()> {
 }
 
 fn render(args: RenderArgs) -> Result<()> {
-    let columns = args
-        .columns
-        .as_deref()
-        .map(cli::parse_columns)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let columns = args.columns.as_deref().map(cli::parse_columns).transpose().map_err(anyhow::Error::msg)?;
     let model = decode(&args.file, &args.decode)?;
     if model.columns == 0 {
         anyhow::bail!("{} has no memory reads to draw", args.file.display());
     }
     let mut symbols = Symbolizer::new(&model.modules);
-    let options = RenderOptions {
-        width: args.width,
-        height: args.height,
-        columns,
-        alpha: args.alpha,
-    };
+    let options = RenderOptions { width: args.width, height: args.height, columns, alpha: args.alpha };
     let image = decoder::raster::render(&model, &mut symbols, &options)?;
     for w in symbols.warnings() {
         eprintln!("linetrace: warning: {w}");
     }
-    let file = std::fs::File::create(&args.output)
-        .with_context(|| format!("creating {}", args.output.display()))?;
+    let file = std::fs::File::create(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
     let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), image.width, image.height);
     encoder.set_color(png::ColorType::Rgba);
     encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder
-        .write_header()
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    writer
-        .write_image_data(&image.rgba)
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    writer
-        .finish()
-        .with_context(|| format!("writing {}", args.output.display()))?;
+    let mut writer = encoder.write_header().with_context(|| format!("writing {}", args.output.display()))?;
+    writer.write_image_data(&image.rgba).with_context(|| format!("writing {}", args.output.display()))?;
+    writer.finish().with_context(|| format!("writing {}", args.output.display()))?;
     if model.end.is_truncated() {
         eprintln!("linetrace: note: the trace is {}", model.end.describe());
     }
@@ -351,14 +304,10 @@ fn render(args: RenderArgs) -> Result<()> {
 
 fn dump(args: DumpArgs) -> Result<()> {
     use trace_rt::format::{Event, TraceReader};
-    let mut reader = TraceReader::open(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
+    let mut reader = TraceReader::open(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut n = 0u64;
-    while let Some(rec) = reader
-        .next_record()
-        .with_context(|| format!("reading {}", args.file.display()))?
-    {
+    while let Some(rec) = reader.next_record().with_context(|| format!("reading {}", args.file.display()))? {
         if args.limit.is_some_and(|l| n >= l) {
             break;
         }
@@ -366,11 +315,7 @@ fn dump(args: DumpArgs) -> Result<()> {
         match rec.event {
             Event::Access { site, addr } => {
                 let s = reader.sites()[site as usize];
-                writeln!(
-                    out,
-                    "{} access {:?} pc={:#x} addr={addr:#x} size={}",
-                    rec.thread, s.kind, s.pc, s.size
-                )?;
+                writeln!(out, "{} access {:?} pc={:#x} addr={addr:#x} size={}", rec.thread, s.kind, s.pc, s.size)?;
             }
             Event::AccessSized { site, addr, size } => {
                 let s = reader.sites()[site as usize];
@@ -391,35 +336,19 @@ fn dump(args: DumpArgs) -> Result<()> {
                 a.ptr_out,
                 a.callsite
             )?,
-            Event::Call {
-                callsite,
-                target,
-                sp,
-            } => writeln!(
-                out,
-                "{} call callsite={callsite:#x} target={target:#x} sp={sp:#x}",
-                rec.thread
-            )?,
-            Event::TailCall {
-                callsite,
-                target,
-                sp,
-            } => writeln!(
-                out,
-                "{} tailcall callsite={callsite:#x} target={target:#x} sp={sp:#x}",
-                rec.thread
-            )?,
+            Event::Call { callsite, target, sp } => {
+                writeln!(out, "{} call callsite={callsite:#x} target={target:#x} sp={sp:#x}", rec.thread)?
+            }
+            Event::TailCall { callsite, target, sp } => {
+                writeln!(out, "{} tailcall callsite={callsite:#x} target={target:#x} sp={sp:#x}", rec.thread)?
+            }
             Event::Return { sp } => writeln!(out, "{} return sp={sp:#x}", rec.thread)?,
-            Event::InvocationStart { index, pc, sp } => writeln!(
-                out,
-                "{} invocation-start index={index} pc={pc:#x} sp={sp:#x}",
-                rec.thread
-            )?,
-            Event::Signal { signo, pc, addr } => writeln!(
-                out,
-                "{} signal signo={signo} pc={pc:#x} addr={addr:#x}",
-                rec.thread
-            )?,
+            Event::InvocationStart { index, pc, sp } => {
+                writeln!(out, "{} invocation-start index={index} pc={pc:#x} sp={sp:#x}", rec.thread)?
+            }
+            Event::Signal { signo, pc, addr } => {
+                writeln!(out, "{} signal signo={signo} pc={pc:#x} addr={addr:#x}", rec.thread)?
+            }
             other => writeln!(out, "{} {other:?}", rec.thread)?,
         }
     }

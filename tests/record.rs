@@ -15,18 +15,11 @@ fn array_sweep_reads_equal_cachegrind() {
     assert!(oracle.dr > 0, "cachegrind saw no reads in work: {oracle:?}");
     let trace = trace_path("array_sweep");
     let out = record(&bin, "work", &[], &trace);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = report(&trace);
     assert_eq!(r["total"]["reads"], oracle.dr, "reads vs cachegrind Dr");
     assert_eq!(r["total"]["writes"], oracle.dw, "writes vs cachegrind Dw");
-    assert_eq!(
-        r["total"]["instructions"], oracle.ir,
-        "instructions vs cachegrind Ir"
-    );
+    assert_eq!(r["total"]["instructions"], oracle.ir, "instructions vs cachegrind Ir");
     assert_eq!(r["total"]["invocations"], 1);
     assert_eq!(r["truncated"], false);
 }
@@ -55,11 +48,7 @@ fn leaf_functions_equal_cachegrind() {
         let oracle = cachegrind(&bin, args, function);
         let trace = trace_path(function);
         let out = record(&bin, function, args, &trace);
-        assert!(
-            out.status.success(),
-            "{function}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{function}: {}", String::from_utf8_lossy(&out.stderr));
         let r = report(&trace);
         let (mut reads, mut writes, mut instructions) = (
             r["total"]["reads"].as_u64().expect("reads"),
@@ -68,8 +57,7 @@ fn leaf_functions_equal_cachegrind() {
         );
         let mut last_rep_pc = None;
         for l in dump(&trace).iter().filter(|l| l.ends_with(" rep")) {
-            let per_iteration =
-                dec_field(l, "size").expect("size") / dec_field(l, "elem").expect("elem");
+            let per_iteration = dec_field(l, "size").expect("size") / dec_field(l, "elem").expect("elem");
             let extra = per_iteration.saturating_sub(1);
             if l.contains("access Read") || l.contains("access Modify") {
                 reads += extra;
@@ -83,11 +71,7 @@ fn leaf_functions_equal_cachegrind() {
             }
             last_rep_pc = pc;
         }
-        assert_eq!(
-            (reads, writes, instructions),
-            (oracle.dr, oracle.dw, oracle.ir),
-            "{example} {function}"
-        );
+        assert_eq!((reads, writes, instructions), (oracle.dr, oracle.dw, oracle.ir), "{example} {function}");
     }
 }
 
@@ -99,10 +83,7 @@ fn array_sweep_touches_exactly_the_array_lines() {
     let trace = trace_path("array_lines");
     assert!(record(&bin, "work", &[], &trace).status.success());
     let events = dump(&trace);
-    let start = events
-        .iter()
-        .find(|l| l.contains("invocation-start"))
-        .expect("invocation start");
+    let start = events.iter().find(|l| l.contains("invocation-start")).expect("invocation start");
     let bias = hex_field(start, "pc").expect("pc") - symbol_address(&bin, "work");
     let array = bias + symbol_address(&bin, "array");
     let entry_sp = hex_field(start, "sp").expect("sp");
@@ -115,10 +96,7 @@ fn array_sweep_touches_exactly_the_array_lines() {
             stack_reads += 1;
             continue;
         }
-        assert!(
-            addr >= array && addr + size <= array + 4000,
-            "access outside array: {l}"
-        );
+        assert!(addr >= array && addr + size <= array + 4000, "access outside array: {l}");
         lines.extend(addr / 64..=(addr + size - 1) / 64);
     }
     let expected: std::collections::BTreeSet<u64> = (array / 64..=(array + 3999) / 64).collect();
@@ -169,21 +147,12 @@ fn alloc_churn_records_the_allocation_sequence() {
         ]
     );
     let out = |i: usize| allocs[i].4;
-    assert!(
-        (0..8)
-            .filter(|&i| allocs[i].0 != "free")
-            .all(|i| out(i) != 0),
-        "allocations succeed"
-    );
+    assert!((0..8).filter(|&i| allocs[i].0 != "free").all(|i| out(i) != 0), "allocations succeed");
     assert_eq!(allocs[3].3, out(1), "realloc takes the malloc(100) pointer");
     assert_eq!(allocs[4].3, out(0), "first free releases malloc(24)");
     let freed: Vec<u64> = allocs[8..13].iter().map(|a| a.3).collect();
     assert_eq!(allocs[14].3, out(13), "munmap releases the mmap result");
-    assert_eq!(
-        freed,
-        vec![out(3), out(2), out(5), out(6), out(7)],
-        "frees pair with their allocations"
-    );
+    assert_eq!(freed, vec![out(3), out(2), out(5), out(6), out(7)], "frees pair with their allocations");
     assert_eq!(out(6) % 64, 0, "posix_memalign result aligned");
     assert_eq!(out(7) % 128, 0, "aligned_alloc result aligned");
 }
@@ -201,10 +170,7 @@ fn traced_output_and_exit_code_equal_native() {
         (rust_example("list_vs_array"), "sum_list", vec![]),
     ];
     for (bin, function, args) in cases {
-        let native = std::process::Command::new(&bin)
-            .args(&args)
-            .output()
-            .expect("native run");
+        let native = std::process::Command::new(&bin).args(&args).output().expect("native run");
         let trace = trace_path("native");
         let traced = record(&bin, function, &args, &trace);
         assert_eq!(
@@ -213,23 +179,10 @@ fn traced_output_and_exit_code_equal_native() {
             "{} stdout",
             bin.display()
         );
-        assert_eq!(
-            traced.status.code(),
-            native.status.code(),
-            "{} exit code",
-            bin.display()
-        );
+        assert_eq!(traced.status.code(), native.status.code(), "{} exit code", bin.display());
         let r = report(&trace);
-        assert!(
-            r["total"]["invocations"].as_u64() >= Some(1),
-            "{} traced nothing",
-            bin.display()
-        );
-        assert!(
-            r["total"]["reads"].as_u64() > Some(0),
-            "{} recorded no reads",
-            bin.display()
-        );
+        assert!(r["total"]["invocations"].as_u64() >= Some(1), "{} traced nothing", bin.display());
+        assert!(r["total"]["reads"].as_u64() > Some(0), "{} recorded no reads", bin.display());
     }
 }
 
@@ -241,24 +194,14 @@ fn threads_trace_one_thread_through_its_callee() {
     let trace = trace_path("threads");
     assert!(record(&bin, "worker", &[], &trace).status.success());
     let r = report(&trace);
-    let traced: Vec<&serde_json::Value> = r["threads"]
-        .as_object()
-        .expect("threads")
-        .values()
-        .filter(|t| t["reads"].as_u64() > Some(0))
-        .collect();
+    let traced: Vec<&serde_json::Value> =
+        r["threads"].as_object().expect("threads").values().filter(|t| t["reads"].as_u64() > Some(0)).collect();
     assert!(!traced.is_empty());
     // worker_sum loads 64 ints; with SSE that is 16 loads per invocation.
-    let per_invocation = r["total"]["bytes_read"].as_u64().expect("bytes")
-        / r["total"]["invocations"].as_u64().expect("n");
-    assert!(
-        per_invocation >= 256,
-        "each traced invocation reads its 256-byte slice: {per_invocation}"
-    );
-    assert!(
-        dump(&trace).iter().any(|l| l.contains("ThreadStart")),
-        "thread creation recorded"
-    );
+    let per_invocation =
+        r["total"]["bytes_read"].as_u64().expect("bytes") / r["total"]["invocations"].as_u64().expect("n");
+    assert!(per_invocation >= 256, "each traced invocation reads its 256-byte slice: {per_invocation}");
+    assert!(dump(&trace).iter().any(|l| l.contains("ThreadStart")), "thread creation recorded");
 }
 
 /// A SIGSEGV inside the function: the reads before it are kept, the signal
@@ -268,24 +211,13 @@ fn crash_inside_function_keeps_the_trace() {
     let bin = c_example("crash", &[]);
     let trace = trace_path("crash");
     let out = record(&bin, "walk", &[], &trace);
-    assert_eq!(
-        out.status.code(),
-        Some(128 + 11),
-        "exit code of a SIGSEGV death"
-    );
+    assert_eq!(out.status.code(), Some(128 + 11), "exit code of a SIGSEGV death");
     let events = dump(&trace);
     let reads = events.iter().filter(|l| l.contains(" access Read")).count();
     assert_eq!(reads, 16, "64 ints in 16-byte loads before the crash");
-    let signal = events
-        .iter()
-        .find(|l| l.contains(" signal "))
-        .expect("signal recorded");
+    let signal = events.iter().find(|l| l.contains(" signal ")).expect("signal recorded");
     assert_eq!(dec_field(signal, "signo"), Some(11));
-    assert_eq!(
-        hex_field(signal, "addr"),
-        Some(0),
-        "the fault address is NULL"
-    );
+    assert_eq!(hex_field(signal, "addr"), Some(0), "the fault address is NULL");
     assert_eq!(report(&trace)["exit"]["Signal"], 11);
 }
 
@@ -309,12 +241,8 @@ fn kill_9_leaves_a_readable_truncated_trace() {
     let _ = child.wait();
     let r = report(&trace);
     assert_eq!(r["truncated"], true);
-    assert!(r["end"].as_str().expect("end").contains("truncated"));
-    assert!(
-        r["total"]["reads"].as_u64() > Some(1000),
-        "flushed reads are counted: {}",
-        r["total"]
-    );
+    assert!(r["status"].as_str().expect("status").contains("truncated"));
+    assert!(r["total"]["reads"].as_u64() > Some(1000), "flushed reads are counted: {}", r["total"]);
 }
 
 /// SIGTERM to linetrace: the target is killed and the trace is finished and
@@ -339,11 +267,7 @@ fn sigterm_kills_the_target_and_marks_the_trace() {
     assert!(!out.status.success());
     let r = report(&trace);
     assert_eq!(r["truncated"], true);
-    assert!(
-        r["end"].as_str().expect("end").contains("Interrupted"),
-        "{}",
-        r["end"]
-    );
+    assert!(r["status"].as_str().expect("status").contains("Interrupted"), "{}", r["status"]);
     assert!(r["total"]["reads"].as_u64() > Some(0));
 }
 
@@ -362,29 +286,10 @@ fn bad_input_gives_clear_errors() {
     let sweep = c_example("array_sweep", &[]);
     let trace = trace_path("bad");
     let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
-        (
-            vec!["/nonexistent/program".into()],
-            "cannot run /nonexistent/program",
-        ),
+        (vec!["/nonexistent/program".into()], "cannot run /nonexistent/program"),
         (vec![text_file.clone().into()], "is not an ELF executable"),
-        (
-            vec![
-                "-f".into(),
-                "wrok".into(),
-                "--".into(),
-                sweep.clone().into(),
-            ],
-            "no function named 'wrok'",
-        ),
-        (
-            vec![
-                "-f".into(),
-                "work".into(),
-                "--".into(),
-                stripped.clone().into(),
-            ],
-            "stripped",
-        ),
+        (vec!["-f".into(), "wrok".into(), "--".into(), sweep.clone().into()], "no function named 'wrok'"),
+        (vec!["-f".into(), "work".into(), "--".into(), stripped.clone().into()], "stripped"),
     ];
     for (args, expected) in cases {
         let mut cmd = linetrace();
@@ -395,63 +300,32 @@ fn bad_input_gives_clear_errors() {
         let out = cmd.args(&args).output().expect("runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} must fail");
-        assert!(
-            stderr.contains(expected),
-            "{args:?}: stderr {stderr:?} lacks {expected:?}"
-        );
+        assert!(stderr.contains(expected), "{args:?}: stderr {stderr:?} lacks {expected:?}");
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr:?}");
         assert!(!stderr.contains("panicked"));
     }
     // The closest names are offered for a typo.
-    let out = linetrace()
-        .args(["record", "-f", "wrok", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&sweep)
-        .output()
-        .expect("runs");
+    let out =
+        linetrace().args(["record", "-f", "wrok", "-o"]).arg(&trace).arg("--").arg(&sweep).output().expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains("closest: work"));
     // A corrupt trace file is an error too.
     let bad_trace = dir.join("corrupt.lntrace");
-    std::fs::write(
-        &bad_trace,
-        b"LNTRACE\0\x01\0\0\0\0\0\0\0garbage garbage garbage",
-    )
-    .expect("write");
-    let out = linetrace()
-        .arg("report")
-        .arg(&bad_trace)
-        .output()
-        .expect("runs");
+    std::fs::write(&bad_trace, b"LNTRACE\0\x01\0\0\0\0\0\0\0garbage garbage garbage").expect("write");
+    let out = linetrace().arg("report").arg(&bad_trace).output().expect("runs");
     assert!(!out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
-    let out = linetrace()
-        .arg("report")
-        .arg(&text_file)
-        .output()
-        .expect("runs");
+    let out = linetrace().arg("report").arg(&text_file).output().expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a linetrace trace file"));
 }
 
 /// One event per access of a traced function, as (kind, address offset from
 /// `symbol`, size), stack accesses left out.
-fn accesses_relative_to(
-    bin: &std::path::Path,
-    function: &str,
-    symbol: &str,
-) -> Vec<(String, i64, u64)> {
+fn accesses_relative_to(bin: &std::path::Path, function: &str, symbol: &str) -> Vec<(String, i64, u64)> {
     let trace = trace_path(function);
     let out = record(bin, function, &[], &trace);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let events = dump(&trace);
-    let start = events
-        .iter()
-        .find(|l| l.contains("invocation-start"))
-        .expect("invocation start");
+    let start = events.iter().find(|l| l.contains("invocation-start")).expect("invocation start");
     let bias = hex_field(start, "pc").expect("pc") - symbol_address(bin, function);
     let base = bias + symbol_address(bin, symbol);
     let sp = hex_field(start, "sp").expect("sp");
@@ -476,13 +350,7 @@ fn rep_movsb_is_one_access_over_the_range() {
     let bin = c_example("string_ops", &[]);
     let got = accesses_relative_to(&bin, "copy_forward", "dst");
     let src_off = (symbol_address(&bin, "src") - symbol_address(&bin, "dst")) as i64;
-    assert_eq!(
-        got,
-        vec![
-            ("Write".to_string(), 0, 200),
-            ("Read".to_string(), src_off, 200)
-        ]
-    );
+    assert_eq!(got, vec![("Write".to_string(), 0, 200), ("Read".to_string(), src_off, 200)]);
 }
 
 /// `std; rep stosq` from &qwords[20] writes qwords[5..=20]: the recorded
@@ -499,11 +367,7 @@ fn rep_stosq_backwards_respects_the_direction_flag() {
 fn gather_reads_every_element() {
     let bin = c_example("string_ops", &[]);
     let got = accesses_relative_to(&bin, "gather", "table");
-    let table_reads: Vec<(String, i64, u64)> = got
-        .into_iter()
-        .filter(|a| (0..256).contains(&a.1))
-        .collect();
-    let expected: Vec<(String, i64, u64)> =
-        (0..8).map(|i| ("Read".to_string(), i * 3 * 4, 4)).collect();
+    let table_reads: Vec<(String, i64, u64)> = got.into_iter().filter(|a| (0..256).contains(&a.1)).collect();
+    let expected: Vec<(String, i64, u64)> = (0..8).map(|i| ("Read".to_string(), i * 3 * 4, 4)).collect();
     assert_eq!(table_reads, expected);
 }

@@ -10,6 +10,14 @@
 //! pairing: a return pops every frame whose return-address slot is below the
 //! new stack pointer (longjmp, exceptions, unmatched returns), and a call
 //! first drops frames the stack has already left.
+//!
+//! Memory stays bounded: when more than [`MAX_FRAMES`] frames are stored,
+//! closed frames narrower than a minimum width (doubling each time) are
+//! dropped, and [`CallTree::pruned_below`] says so. A dropped frame is
+//! invisible at the zoom that fits the whole trace; a view of a narrower
+//! column range rebuilds every frame by replay (`Model::frames_in`).
+//! Per-function and per-call-site totals are summed as frames close, so the
+//! tables never depend on what was dropped.
 
 use std::collections::HashMap;
 
@@ -17,6 +25,12 @@ use serde::Serialize;
 
 /// Index of a frame in [`CallTree::frames`].
 pub type FrameId = u32;
+
+/// Most frames kept before narrow ones are dropped.
+pub const MAX_FRAMES: usize = 1 << 17;
+
+/// `end_column` of a frame still open.
+const OPEN: u64 = u64::MAX;
 
 /// One call in the tree.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -49,11 +63,29 @@ pub struct Frame {
     pub unfinished: bool,
 }
 
+/// Inclusive reads and writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Inclusive {
+    /// Reads including callees.
+    pub reads: u64,
+    /// Writes including callees.
+    pub writes: u64,
+}
+
 /// All frames of a trace.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CallTree {
     /// Frames in pre-order.
     pub frames: Vec<Frame>,
+    /// Closed frames narrower than this many columns were dropped (0: none).
+    pub pruned_below: u64,
+    /// How many frames were dropped.
+    pub pruned_frames: u64,
+    /// Inclusive totals per function entry address; recursion counted once.
+    pub function_totals: HashMap<u64, Inclusive>,
+    /// Inclusive totals of the calls made from each call instruction;
+    /// recursion through the same call counted once.
+    pub callsite_totals: HashMap<u64, Inclusive>,
 }
 
 impl CallTree {
@@ -63,11 +95,38 @@ impl CallTree {
     }
 }
 
+/// An open frame, enough to resume building from a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenFrame {
+    /// Entry address.
+    pub function: u64,
+    /// Call instruction.
+    pub callsite: u64,
+    /// Stack pointer after the call.
+    pub sp: u64,
+    /// First column.
+    pub first_column: u64,
+}
+
+/// The open frames of one thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenStack {
+    /// Thread id.
+    pub thread: u32,
+    /// Invocation in progress.
+    pub invocation: Option<u32>,
+    /// Outermost first.
+    pub frames: Vec<OpenFrame>,
+}
+
 #[derive(Default)]
 struct ThreadStack {
     /// (frame, stack pointer after the call: where the return address is).
     open: Vec<(FrameId, u64)>,
     invocation: Option<u32>,
+    /// How many open frames each function / call site has (recursion).
+    active_functions: HashMap<u64, u32>,
+    active_callsites: HashMap<u64, u32>,
 }
 
 /// Builds a [`CallTree`] from events in trace order.
@@ -75,6 +134,13 @@ struct ThreadStack {
 pub struct CallTreeBuilder {
     frames: Vec<Frame>,
     threads: HashMap<u32, ThreadStack>,
+    /// (thread, innermost open frame) of the last read or write, so the
+    /// per-access path skips the map; cleared whenever a stack changes.
+    current: Option<(u32, Option<FrameId>)>,
+    pruned_below: u64,
+    pruned_frames: u64,
+    function_totals: HashMap<u64, Inclusive>,
+    callsite_totals: HashMap<u64, Inclusive>,
 }
 
 impl CallTreeBuilder {
@@ -83,14 +149,51 @@ impl CallTreeBuilder {
         Self::default()
     }
 
+    /// A builder that continues from open stacks (see [`CallTreeBuilder::open_stacks`]).
+    pub fn resume(stacks: &[OpenStack]) -> Self {
+        let mut b = Self::default();
+        for s in stacks {
+            b.threads.entry(s.thread).or_default().invocation = s.invocation;
+            for f in &s.frames {
+                b.push(s.thread, f.function, f.callsite, f.sp, f.first_column);
+            }
+        }
+        b
+    }
+
+    /// The open frames of every thread, outermost first.
+    pub fn open_stacks(&self) -> Vec<OpenStack> {
+        let mut stacks: Vec<OpenStack> = self
+            .threads
+            .iter()
+            .filter(|(_, s)| s.invocation.is_some() || !s.open.is_empty())
+            .map(|(&thread, s)| OpenStack {
+                thread,
+                invocation: s.invocation,
+                frames: s
+                    .open
+                    .iter()
+                    .map(|&(id, sp)| {
+                        let f = &self.frames[id as usize];
+                        OpenFrame { function: f.function, callsite: f.callsite, sp, first_column: f.first_column }
+                    })
+                    .collect(),
+            })
+            .collect();
+        stacks.sort_by_key(|s| s.thread);
+        stacks
+    }
+
     fn push(&mut self, thread: u32, function: u64, callsite: u64, sp: u64, column: u64) {
+        self.current = None;
         let stack = self.threads.entry(thread).or_default();
-        let Some(invocation) = stack.invocation else {
-            return;
-        };
+        let Some(invocation) = stack.invocation else { return };
         let parent = stack.open.last().map(|&(f, _)| f);
         let depth = stack.open.len() as u32;
         let id = self.frames.len() as FrameId;
+        *stack.active_functions.entry(function).or_default() += 1;
+        *stack.active_callsites.entry(callsite).or_default() += 1;
+        stack.open.push((id, sp));
         self.frames.push(Frame {
             function,
             callsite,
@@ -99,28 +202,53 @@ impl CallTreeBuilder {
             invocation,
             thread,
             first_column: column,
-            end_column: column,
+            end_column: OPEN,
             self_reads: 0,
             self_writes: 0,
             total_reads: 0,
             total_writes: 0,
             unfinished: false,
         });
-        stack.open.push((id, sp));
     }
 
-    /// Closes frames of `thread` while `keep(sp)` is false for the top one.
-    fn pop_while(&mut self, thread: u32, column: u64, mut pop: impl FnMut(u64) -> bool) {
-        let Some(stack) = self.threads.get_mut(&thread) else {
-            return;
-        };
-        while let Some(&(id, sp)) = stack.open.last() {
-            if !pop(sp) {
-                break;
-            }
-            stack.open.pop();
-            self.frames[id as usize].end_column = column;
+    /// Closes the innermost open frame of `thread` at `column`.
+    fn close_top(&mut self, thread: u32, column: u64, unfinished: bool) -> bool {
+        self.current = None;
+        let Some(stack) = self.threads.get_mut(&thread) else { return false };
+        let Some((id, _)) = stack.open.pop() else { return false };
+        let f = &mut self.frames[id as usize];
+        f.end_column = column;
+        f.unfinished = unfinished;
+        f.total_reads += f.self_reads;
+        f.total_writes += f.self_writes;
+        let (function, callsite, parent) = (f.function, f.callsite, f.parent);
+        let inclusive = Inclusive { reads: f.total_reads, writes: f.total_writes };
+        if let Some(p) = parent {
+            self.frames[p as usize].total_reads += inclusive.reads;
+            self.frames[p as usize].total_writes += inclusive.writes;
         }
+        // Count a function (call site) only at its outermost open frame.
+        if release(&mut stack.active_functions, function) {
+            add(self.function_totals.entry(function).or_default(), inclusive);
+        }
+        if release(&mut stack.active_callsites, callsite) && callsite != 0 {
+            add(self.callsite_totals.entry(callsite).or_default(), inclusive);
+        }
+        true
+    }
+
+    /// Closes frames of `thread` while `pop(sp)` is true for the top one.
+    fn pop_while(&mut self, thread: u32, column: u64, mut pop: impl FnMut(u64) -> bool) {
+        loop {
+            let top = self.threads.get(&thread).and_then(|s| s.open.last()).map(|&(_, sp)| sp);
+            match top {
+                Some(sp) if pop(sp) => {
+                    self.close_top(thread, column, false);
+                }
+                _ => break,
+            }
+        }
+        self.prune_if_needed();
     }
 
     /// The traced function was entered.
@@ -147,19 +275,16 @@ impl CallTreeBuilder {
 
     /// A jump to a function's entry: it replaces the current frame.
     pub fn tail_call(&mut self, thread: u32, callsite: u64, target: u64, sp: u64, column: u64) {
-        let Some(stack) = self.threads.get_mut(&thread) else {
-            return;
-        };
-        if stack.open.len() <= 1 {
+        let Some(stack) = self.threads.get(&thread) else { return };
+        let Some(&(_, frame_sp)) = stack.open.last() else { return };
+        if stack.open.len() == 1 {
             // Never replace the invocation root: the traced function stays
             // the root of its flame, the jump target becomes its child.
             self.call(thread, callsite, target, sp.wrapping_sub(8), column);
             return;
         }
-        if let Some((id, frame_sp)) = stack.open.pop() {
-            self.frames[id as usize].end_column = column;
-            self.push(thread, target, callsite, frame_sp, column);
-        }
+        self.close_top(thread, column, false);
+        self.push(thread, target, callsite, frame_sp, column);
     }
 
     /// A return: `sp` is the stack pointer after it.
@@ -167,10 +292,22 @@ impl CallTreeBuilder {
         self.pop_while(thread, column, |frame_sp| frame_sp < sp);
     }
 
+    #[inline]
+    fn innermost(&mut self, thread: u32) -> Option<FrameId> {
+        match self.current {
+            Some((t, frame)) if t == thread => frame,
+            _ => {
+                let frame = self.threads.get(&thread).and_then(|s| s.open.last()).map(|&(id, _)| id);
+                self.current = Some((thread, frame));
+                frame
+            }
+        }
+    }
+
     /// Counts a read made by the current frame of `thread`.
     #[inline]
     pub fn read(&mut self, thread: u32) {
-        if let Some(&(id, _)) = self.threads.get(&thread).and_then(|s| s.open.last()) {
+        if let Some(id) = self.innermost(thread) {
             self.frames[id as usize].self_reads += 1;
         }
     }
@@ -178,36 +315,81 @@ impl CallTreeBuilder {
     /// Counts a write made by the current frame of `thread`.
     #[inline]
     pub fn write(&mut self, thread: u32) {
-        if let Some(&(id, _)) = self.threads.get(&thread).and_then(|s| s.open.last()) {
+        if let Some(id) = self.innermost(thread) {
             self.frames[id as usize].self_writes += 1;
         }
     }
 
-    /// Closes what is still open at `column` (a truncated trace) and adds up
-    /// totals.
+    /// Drops closed frames narrower than a doubling minimum width until at
+    /// most half of [`MAX_FRAMES`] remain.
+    fn prune_if_needed(&mut self) {
+        if self.frames.len() <= MAX_FRAMES {
+            return;
+        }
+        while self.frames.len() > MAX_FRAMES / 2 {
+            self.pruned_below = (self.pruned_below * 2).max(2);
+            let min = self.pruned_below;
+            let mut new_id: Vec<Option<FrameId>> = Vec::with_capacity(self.frames.len());
+            let mut kept = Vec::with_capacity(self.frames.len());
+            for mut f in std::mem::take(&mut self.frames) {
+                let open = f.end_column == OPEN;
+                // A child is never wider than its parent, so a dropped
+                // frame's children are dropped too and parents map cleanly.
+                if open || f.end_column - f.first_column >= min {
+                    f.parent = f.parent.and_then(|p| new_id[p as usize]);
+                    new_id.push(Some(kept.len() as FrameId));
+                    kept.push(f);
+                } else {
+                    new_id.push(None);
+                    self.pruned_frames += 1;
+                }
+            }
+            self.frames = kept;
+            for stack in self.threads.values_mut() {
+                for (id, _) in stack.open.iter_mut() {
+                    // Open frames are always kept.
+                    *id = new_id[*id as usize].unwrap_or(0);
+                }
+            }
+            self.current = None;
+        }
+    }
+
+    /// Closes what is still open at `column` (a truncated trace) and returns
+    /// the tree.
     pub fn finish(mut self, column: u64) -> CallTree {
-        for stack in self.threads.values() {
-            for &(id, _) in &stack.open {
-                let f = &mut self.frames[id as usize];
-                f.end_column = column;
-                f.unfinished = true;
-            }
-        }
-        for f in self.frames.iter_mut() {
-            f.total_reads = f.self_reads;
-            f.total_writes = f.self_writes;
-        }
-        for i in (0..self.frames.len()).rev() {
-            if let Some(p) = self.frames[i].parent {
-                let (r, w) = (self.frames[i].total_reads, self.frames[i].total_writes);
-                self.frames[p as usize].total_reads += r;
-                self.frames[p as usize].total_writes += w;
-            }
+        let threads: Vec<u32> = self.threads.keys().copied().collect();
+        for t in threads {
+            while self.close_top(t, column, true) {}
         }
         CallTree {
             frames: self.frames,
+            pruned_below: self.pruned_below,
+            pruned_frames: self.pruned_frames,
+            function_totals: self.function_totals,
+            callsite_totals: self.callsite_totals,
         }
     }
+}
+
+/// Decrements an open-frame count; true when it reaches zero.
+fn release(active: &mut HashMap<u64, u32>, key: u64) -> bool {
+    match active.get_mut(&key) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        Some(_) => {
+            active.remove(&key);
+            true
+        }
+        None => true,
+    }
+}
+
+fn add(total: &mut Inclusive, more: Inclusive) {
+    total.reads += more.reads;
+    total.writes += more.writes;
 }
 
 #[cfg(test)]
@@ -230,29 +412,13 @@ mod tests {
         b.ret(1, 1008, 5);
         b.invocation_end(1, 5);
         let t = b.finish(5);
-        let spans: Vec<(u64, u64, u32, u64, u64)> = t
-            .frames
-            .iter()
-            .map(|f| {
-                (
-                    f.function,
-                    f.first_column,
-                    f.depth,
-                    f.end_column,
-                    f.total_reads,
-                )
-            })
-            .collect();
-        assert_eq!(
-            spans,
-            vec![
-                (0x100, 0, 0, 5, 5),
-                (0x200, 1, 1, 4, 3),
-                (0x300, 3, 2, 4, 1)
-            ]
-        );
+        let spans: Vec<(u64, u64, u32, u64, u64)> =
+            t.frames.iter().map(|f| (f.function, f.first_column, f.depth, f.end_column, f.total_reads)).collect();
+        assert_eq!(spans, vec![(0x100, 0, 0, 5, 5), (0x200, 1, 1, 4, 3), (0x300, 3, 2, 4, 1)]);
         assert_eq!(t.frames[1].self_reads, 2);
         assert_eq!(t.height(), 3);
+        assert_eq!(t.function_totals[&0x200], Inclusive { reads: 3, writes: 0 });
+        assert_eq!(t.callsite_totals[&0x210], Inclusive { reads: 1, writes: 0 });
     }
 
     #[test]
@@ -268,11 +434,7 @@ mod tests {
         b.ret(1, 3000, 3); // and an unmatched one
         let t = b.finish(3);
         assert_eq!(t.frames.len(), 4);
-        assert_eq!(
-            t.frames[3].parent,
-            Some(0),
-            "the new call hangs off the root"
-        );
+        assert_eq!(t.frames[3].parent, Some(0), "the new call hangs off the root");
         assert!(t.frames.iter().all(|f| f.end_column <= 3 && !f.unfinished));
     }
 
@@ -286,10 +448,7 @@ mod tests {
         b.read(1);
         let t = b.finish(2);
         assert_eq!(t.frames[1].end_column, 1);
-        assert_eq!(
-            (t.frames[2].function, t.frames[2].depth, t.frames[2].parent),
-            (0x500, 1, Some(0))
-        );
+        assert_eq!((t.frames[2].function, t.frames[2].depth, t.frames[2].parent), (0x500, 1, Some(0)));
         assert!(t.frames[2].unfinished && t.frames[0].unfinished);
         assert_eq!(t.frames[0].total_reads, 2);
     }
@@ -304,11 +463,74 @@ mod tests {
             b.invocation_end(1, c + 10);
         }
         let t = b.finish(30);
-        let roots: Vec<(u32, u64, u64)> = t
-            .frames
-            .iter()
-            .map(|f| (f.invocation, f.first_column, f.end_column))
-            .collect();
+        let roots: Vec<(u32, u64, u64)> =
+            t.frames.iter().map(|f| (f.invocation, f.first_column, f.end_column)).collect();
         assert_eq!(roots, vec![(0, 0, 10), (1, 10, 20), (2, 20, 30)]);
+    }
+}
+
+#[cfg(test)]
+mod more_tests {
+    use super::*;
+
+    #[test]
+    fn recursion_counts_once_in_function_totals() {
+        let mut b = CallTreeBuilder::new();
+        b.invocation_start(1, 0, 0x100, 1000, 0);
+        b.call(1, 0x110, 0x200, 992, 0);
+        b.read(1);
+        b.call(1, 0x210, 0x200, 984, 1); // recursive call
+        b.read(1);
+        b.ret(1, 992, 2);
+        b.ret(1, 1000, 2);
+        let t = b.finish(2);
+        assert_eq!(t.function_totals[&0x200].reads, 2, "not 3: the inner call is inside the outer");
+        assert_eq!(t.function_totals[&0x100].reads, 2);
+    }
+
+    #[test]
+    fn pruning_bounds_frames_and_keeps_totals() {
+        let mut b = CallTreeBuilder::new();
+        b.invocation_start(1, 0, 0x100, 1_000_000, 0);
+        let calls = MAX_FRAMES as u64 + 10;
+        for i in 0..calls {
+            b.call(1, 0x110, 0x200, 999_992, i * 3);
+            b.read(1);
+            b.read(1);
+            b.read(1);
+            b.ret(1, 1_000_000, i * 3 + 3);
+        }
+        let t = b.finish(calls * 3);
+        assert!(t.frames.len() <= MAX_FRAMES, "{}", t.frames.len());
+        assert!(t.pruned_below > 3 && t.pruned_frames > 0);
+        assert_eq!(t.frames[0].total_reads, calls * 3, "the root keeps every read");
+        assert_eq!(t.function_totals[&0x200].reads, calls * 3);
+    }
+
+    #[test]
+    fn resuming_from_open_stacks_rebuilds_the_same_frames() {
+        let events = |b: &mut CallTreeBuilder, from: usize| {
+            let script: [(u8, u64); 6] = [(0, 0), (1, 1), (2, 2), (1, 3), (2, 4), (2, 5)];
+            for &(kind, col) in &script[from..] {
+                match kind {
+                    0 => b.invocation_start(1, 0, 0x100, 1000, col),
+                    1 => b.call(1, 0x110, 0x200 + col, 992, col),
+                    _ => b.ret(1, 1000, col),
+                }
+            }
+        };
+        let mut whole = CallTreeBuilder::new();
+        events(&mut whole, 0);
+        let whole = whole.finish(6);
+        let mut first = CallTreeBuilder::new();
+        first.invocation_start(1, 0, 0x100, 1000, 0);
+        first.call(1, 0x110, 0x201, 992, 1);
+        let mut resumed = CallTreeBuilder::resume(&first.open_stacks());
+        events(&mut resumed, 2);
+        let resumed = resumed.finish(6);
+        let spans = |t: &CallTree| {
+            t.frames.iter().map(|f| (f.function, f.first_column, f.end_column, f.depth)).collect::<Vec<_>>()
+        };
+        assert_eq!(spans(&resumed), spans(&whole));
     }
 }

@@ -22,7 +22,7 @@
 //! Memory use grows with the program's footprint (distinct lines, sites,
 //! calls, allocations), not with the number of accesses.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -31,10 +31,10 @@ use serde::Serialize;
 use trace_rt::format::{AllocKind, Event, Metadata, Module, Site, TraceEnd, TraceReader};
 
 use crate::DecodeError;
-use crate::calltree::{CallTree, CallTreeBuilder};
-use crate::reuse::{BuildLineHasher, ReuseDistance, ReuseHistogram};
+use crate::calltree::{CallTree, CallTreeBuilder, Frame, OpenStack};
+use crate::reuse::{ReuseDistance, ReuseHistogram};
 use crate::summary::Totals;
-use crate::working_set::{LineState, WorkingSet, WorkingSetConfig};
+use crate::working_set::{FastWorkingSet, LineState, OrderedWorkingSet, WorkingSetConfig};
 
 /// Most snapshots kept; beyond, every other one is dropped.
 pub const MAX_SNAPSHOTS: usize = 1024;
@@ -50,10 +50,7 @@ pub struct DecodeOptions {
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions {
-            working_set: WorkingSetConfig::default(),
-            snapshot_every: 1 << 14,
-        }
+        DecodeOptions { working_set: WorkingSetConfig::default(), snapshot_every: 1 << 14 }
     }
 }
 
@@ -81,13 +78,7 @@ pub fn access_of(event: &Event, sites: &[Site]) -> Option<Access> {
         _ => return None,
     };
     let kind = sites.get(site as usize)?.kind;
-    Some(Access {
-        site,
-        addr,
-        size,
-        reads: kind.reads(),
-        writes: kind.writes(),
-    })
+    Some(Access { site, addr, size, reads: kind.reads(), writes: kind.writes() })
 }
 
 /// One recorded heap block or mapping.
@@ -156,6 +147,8 @@ pub struct Snapshot {
     pub clock: u64,
     /// The set, in row order.
     pub lines: Vec<LineState>,
+    /// Open call frames of every thread.
+    pub stacks: Vec<OpenStack>,
 }
 
 /// The bitmap, as snapshots to replay from.
@@ -202,15 +195,8 @@ pub struct Model {
 impl Model {
     /// Decodes the trace at `path`. `progress` is called now and then with
     /// the bytes of the file read so far.
-    pub fn decode(
-        path: &Path,
-        options: &DecodeOptions,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<Model, DecodeError> {
-        options
-            .working_set
-            .validate()
-            .map_err(DecodeError::InvalidSetting)?;
+    pub fn decode(path: &Path, options: &DecodeOptions, progress: &mut dyn FnMut(u64)) -> Result<Model, DecodeError> {
+        options.working_set.validate().map_err(DecodeError::InvalidSetting)?;
         let reader = TraceReader::open(path)?;
         let mut b = Builder::new(*options);
         let (reader, end) = b.run(reader, progress)?;
@@ -227,24 +213,16 @@ impl Model {
         if fetches > 0 {
             metrics.mean_bytes_read_per_fetch = fetch_bytes as f64 / fetches as f64;
             metrics.mean_distinct_bytes_per_fetch = fetch_distinct as f64 / fetches as f64;
-            metrics.utilisation =
-                metrics.mean_distinct_bytes_per_fetch / f64::from(options.working_set.line_size);
+            metrics.utilisation = metrics.mean_distinct_bytes_per_fetch / f64::from(options.working_set.line_size);
         }
-        let mut all_lines: HashSet<u64, BuildLineHasher> = HashSet::with_hasher(BuildLineHasher);
         let mut threads = BTreeMap::new();
         let mut total = Totals::default();
-        for ThreadState {
-            tid,
-            mut totals,
-            lines,
-        } in std::mem::take(&mut b.threads)
-        {
-            totals.unique_lines = lines.len() as u64;
-            all_lines.extend(lines);
+        for (slot, ThreadState { tid, mut totals }) in std::mem::take(&mut b.threads).into_iter().enumerate() {
+            totals.unique_lines = b.reuse.distinct_lines_of(slot);
             total.add(&totals);
             threads.insert(tid, totals);
         }
-        total.unique_lines = all_lines.len() as u64;
+        total.unique_lines = b.reuse.distinct_lines();
 
         metrics.reuse = b.reuse.histogram().clone();
         let allocations = b.allocations;
@@ -259,14 +237,56 @@ impl Model {
             call_tree: b.calls.finish(columns),
             allocations,
             metrics,
-            working_set: WorkingSetIndex {
-                config: options.working_set,
-                snapshots: b.snapshots,
-                columns,
-            },
+            working_set: WorkingSetIndex { config: options.working_set, snapshots: b.snapshots, columns },
             threads,
             total,
         })
+    }
+
+    /// A reader positioned at the last snapshot at or before column `from`.
+    fn reader_at(&self, from: u64) -> Result<Option<(TraceReader<BufReader<File>>, &Snapshot)>, DecodeError> {
+        let snaps = &self.working_set.snapshots;
+        let i = snaps.partition_point(|s| s.column <= from).saturating_sub(1);
+        let Some(snap) = snaps.get(i) else { return Ok(None) };
+        let file = File::open(&self.trace_path).map_err(trace_rt::format::FormatError::from)?;
+        let mut reader = TraceReader::new(BufReader::new(file))?;
+        reader.seek_to_chunk(snap.chunk, &self.sites)?;
+        Ok(Some((reader, snap)))
+    }
+
+    /// The call frames overlapping columns `[from, to)`, with nothing
+    /// dropped: the stored tree when it is complete, else rebuilt by replay
+    /// from the snapshot before `from` (frames still open at `to` end there
+    /// and are marked unfinished).
+    pub fn frames_in(&self, from: u64, to: u64) -> Result<Vec<Frame>, DecodeError> {
+        let overlaps = |f: &Frame| {
+            f.first_column < to && f.end_column > from
+                || f.first_column == f.end_column && f.first_column >= from && f.first_column < to
+        };
+        if self.call_tree.pruned_below == 0 {
+            return Ok(self.call_tree.frames.iter().filter(|f| overlaps(f)).cloned().collect());
+        }
+        let Some((mut reader, snap)) = self.reader_at(from)? else { return Ok(Vec::new()) };
+        let mut calls = CallTreeBuilder::resume(&snap.stacks);
+        let mut column = snap.column;
+        while let Some(rec) = reader.next_record()? {
+            if let Some(a) = access_of(&rec.event, reader.sites()) {
+                if a.writes {
+                    calls.write(rec.thread);
+                }
+                if a.reads {
+                    calls.read(rec.thread);
+                    column += 1;
+                    if column >= to {
+                        break;
+                    }
+                }
+                continue;
+            }
+            apply_control(&mut calls, rec.thread, &rec.event, column);
+        }
+        let tree = calls.finish(column);
+        Ok(tree.frames.into_iter().filter(|f| overlaps(f)).collect())
     }
 
     /// Replays the working set over columns `[from, to)`, calling `visit`
@@ -275,24 +295,14 @@ impl Model {
         &self,
         from: u64,
         to: u64,
-        mut visit: impl FnMut(u64, &WorkingSet),
+        mut visit: impl FnMut(u64, &OrderedWorkingSet),
     ) -> Result<(), DecodeError> {
         let to = to.min(self.columns);
         if from >= to {
             return Ok(());
         }
-        let snaps = &self.working_set.snapshots;
-        let i = snaps
-            .partition_point(|s| s.column <= from)
-            .saturating_sub(1);
-        let Some(snap) = snaps.get(i) else {
-            return Ok(());
-        };
-        let mut reader = TraceReader::new(BufReader::new(
-            File::open(&self.trace_path).map_err(trace_rt::format::FormatError::from)?,
-        ))?;
-        reader.seek_to_chunk(snap.chunk, &self.sites)?;
-        let mut set = WorkingSet::restore(self.working_set.config, &snap.lines, snap.clock);
+        let Some((mut reader, snap)) = self.reader_at(from)? else { return Ok(()) };
+        let mut set = OrderedWorkingSet::restore(self.working_set.config, &snap.lines, snap.clock);
         let mut column = snap.column;
         while let Some(rec) = reader.next_record()? {
             let Some(a) = access_of(&rec.event, reader.sites()) else {
@@ -314,17 +324,29 @@ impl Model {
     }
 }
 
+/// Feeds a control-flow event to the call tree; false for other events.
+fn apply_control(calls: &mut CallTreeBuilder, thread: u32, event: &Event, column: u64) -> bool {
+    match *event {
+        Event::Call { callsite, target, sp } => calls.call(thread, callsite, target, sp, column),
+        Event::TailCall { callsite, target, sp } => calls.tail_call(thread, callsite, target, sp, column),
+        Event::Return { sp } => calls.ret(thread, sp, column),
+        Event::InvocationStart { index, pc, sp } => calls.invocation_start(thread, index, pc, sp, column),
+        Event::InvocationEnd { .. } => calls.invocation_end(thread, column),
+        _ => return false,
+    }
+    true
+}
+
 /// Per-thread counts of the decoding pass.
 struct ThreadState {
     tid: u32,
     totals: Totals,
-    lines: HashSet<u64, BuildLineHasher>,
 }
 
 /// State of the single decoding pass.
 struct Builder {
     column: u64,
-    set: WorkingSet,
+    set: FastWorkingSet,
     /// (fetches, bytes, distinct bytes) of lines that already left.
     fetch_stats: (u64, u64, u64),
     reuse: ReuseDistance,
@@ -348,7 +370,7 @@ impl Builder {
     fn new(options: DecodeOptions) -> Self {
         Builder {
             column: 0,
-            set: WorkingSet::new(options.working_set),
+            set: FastWorkingSet::new(options.working_set),
             fetch_stats: (0, 0, 0),
             reuse: ReuseDistance::new(),
             threads: Vec::new(),
@@ -392,16 +414,8 @@ impl Builder {
             let totals = &mut self.threads[t].totals;
             let column = self.column;
             match rec.event {
-                Event::Call {
-                    callsite,
-                    target,
-                    sp,
-                } => self.calls.call(thread, callsite, target, sp, column),
-                Event::TailCall {
-                    callsite,
-                    target,
-                    sp,
-                } => self.calls.tail_call(thread, callsite, target, sp, column),
+                Event::Call { callsite, target, sp } => self.calls.call(thread, callsite, target, sp, column),
+                Event::TailCall { callsite, target, sp } => self.calls.tail_call(thread, callsite, target, sp, column),
                 Event::Return { sp } => self.calls.ret(thread, sp, column),
                 Event::InvocationStart { index, pc, sp } => {
                     totals.invocations += 1;
@@ -418,18 +432,12 @@ impl Builder {
             }
         }
         progress(reader.bytes_read());
-        let end = reader.end().cloned().unwrap_or(TraceEnd::Cut {
-            valid_bytes: reader.bytes_read(),
-            mid_chunk: false,
-        });
+        let end = reader.end().cloned().unwrap_or(TraceEnd::Cut { valid_bytes: reader.bytes_read(), mid_chunk: false });
         Ok((reader, end))
     }
 
     fn maybe_snapshot(&mut self, chunk: trace_rt::format::ChunkPosition) {
-        let due = self
-            .snapshots
-            .last()
-            .is_none_or(|s| self.column - s.column >= self.snapshot_every);
+        let due = self.snapshots.last().is_none_or(|s| self.column - s.column >= self.snapshot_every);
         if !due {
             return;
         }
@@ -446,7 +454,8 @@ impl Builder {
             column: self.column,
             chunk,
             clock: self.set.clock(),
-            lines: self.set.lines().to_vec(),
+            lines: self.set.snapshot(),
+            stacks: self.calls.open_stacks(),
         });
     }
 
@@ -458,11 +467,7 @@ impl Builder {
         self.current = match self.threads.iter().position(|t| t.tid == tid) {
             Some(i) => i,
             None => {
-                self.threads.push(ThreadState {
-                    tid,
-                    totals: Totals::default(),
-                    lines: HashSet::with_hasher(BuildLineHasher),
-                });
+                self.threads.push(ThreadState { tid, totals: Totals::default() });
                 self.threads.len() - 1
             }
         };
@@ -504,14 +509,16 @@ impl Builder {
                 stats.1 += u64::from(d.state.bytes_read);
                 stats.2 += u64::from(d.state.distinct_bytes());
             });
-            self.metrics.max_rows = self.metrics.max_rows.max(self.set.lines().len() as u32);
+            self.metrics.max_rows = self.metrics.max_rows.max(self.set.len() as u32);
             for line in first..=last {
-                self.reuse.access(line);
+                self.reuse.access(line, t);
             }
             self.column += 1;
         }
-        for line in first..=last {
-            self.threads[t].lines.insert(line);
+        if a.writes {
+            for line in first..=last {
+                self.reuse.write(line, t);
+            }
         }
     }
 

@@ -27,6 +27,7 @@ use embedded_graphics::prelude::*;
 use embedded_graphics::text::{Baseline, Text};
 
 use crate::DecodeError;
+use crate::calltree::Frame;
 use crate::model::Model;
 use crate::symbols::Symbolizer;
 
@@ -61,13 +62,7 @@ impl Default for Palette {
 }
 
 /// Colour of one working-set cell.
-pub fn cell_colour(
-    palette: &Palette,
-    bytes_read: u32,
-    line_size: u32,
-    age: u32,
-    max_age: u32,
-) -> Colour {
+pub fn cell_colour(palette: &Palette, bytes_read: u32, line_size: u32, age: u32, max_age: u32) -> Colour {
     let used = (f64::from(bytes_read) / f64::from(line_size.max(1))).min(1.0);
     let base = lerp(palette.unused, palette.used, used);
     let fresh = f64::from(age) / f64::from(max_age.max(1));
@@ -75,11 +70,7 @@ pub fn cell_colour(
 }
 
 fn lerp(a: Colour, b: Colour, t: f64) -> Colour {
-    [
-        a[0] + (b[0] - a[0]) * t,
-        a[1] + (b[1] - a[1]) * t,
-        a[2] + (b[2] - a[2]) * t,
-    ]
+    [a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t, a[2] + (b[2] - a[2]) * t]
 }
 
 /// Sums of one pixel for the anti-aliasing formula.
@@ -135,28 +126,14 @@ impl Image {
     /// An image filled with one colour.
     pub fn new(width: u32, height: u32, fill: Colour) -> Self {
         let px = to_rgba8(fill);
-        let rgba = px
-            .iter()
-            .copied()
-            .cycle()
-            .take(width as usize * height as usize * 4)
-            .collect();
-        Image {
-            width,
-            height,
-            rgba,
-        }
+        let rgba = px.iter().copied().cycle().take(width as usize * height as usize * 4).collect();
+        Image { width, height, rgba }
     }
 
     /// The RGBA bytes of a pixel.
     pub fn pixel(&self, x: u32, y: u32) -> [u8; 4] {
         let i = (y as usize * self.width as usize + x as usize) * 4;
-        [
-            self.rgba[i],
-            self.rgba[i + 1],
-            self.rgba[i + 2],
-            self.rgba[i + 3],
-        ]
+        [self.rgba[i], self.rgba[i + 1], self.rgba[i + 2], self.rgba[i + 3]]
     }
 
     /// Sets a pixel (ignored outside the image).
@@ -218,11 +195,7 @@ fn overlap(a: f64, b: f64, p: f64) -> f64 {
 }
 
 /// Rasterises the working-set bitmap for `view` by replaying the trace.
-pub fn rasterize_bitmap(
-    model: &Model,
-    view: &BitmapView,
-    palette: &Palette,
-) -> Result<Image, DecodeError> {
+pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
     let (w, h) = (view.width as usize, view.height as usize);
     let (a, b) = view.columns;
     let (r0, r1) = view.rows;
@@ -240,12 +213,7 @@ pub fn rasterize_bitmap(
         .iter()
         .filter(|r| r.size > 0)
         .map(|r| {
-            (
-                r.address >> shift,
-                (r.address + r.size - 1) >> shift,
-                r.alloc_column,
-                r.free_column.unwrap_or(u64::MAX),
-            )
+            (r.address >> shift, (r.address + r.size - 1) >> shift, r.alloc_column, r.free_column.unwrap_or(u64::MAX))
         })
         .collect();
     let first_row = r0.floor().max(0.0) as usize;
@@ -257,16 +225,9 @@ pub fn rasterize_bitmap(
         let lines = set.lines();
         let last_row = (r1.ceil() as usize).min(lines.len());
         for (row, line) in lines.iter().enumerate().take(last_row).skip(first_row) {
-            let mut colour = cell_colour(
-                palette,
-                line.bytes_read,
-                config.line_size,
-                set.age(line),
-                config.max_age,
-            );
-            let in_block = bands.iter().any(|&(l0, l1, c0, c1)| {
-                line.line >= l0 && line.line <= l1 && column >= c0 && column < c1
-            });
+            let mut colour = cell_colour(palette, line.bytes_read, config.line_size, set.age(line), config.max_age);
+            let in_block =
+                bands.iter().any(|&(l0, l1, c0, c1)| line.line >= l0 && line.line <= l1 && column >= c0 && column < c1);
             if in_block {
                 colour = lerp(colour, palette.allocation, palette.allocation_strength);
             }
@@ -285,11 +246,7 @@ pub fn rasterize_bitmap(
     })?;
     let mut image = Image::new(view.width, view.height, palette.background);
     for (i, c) in acc.iter().enumerate() {
-        image.set(
-            (i % w) as u32,
-            (i / w) as u32,
-            c.resolve(palette.background, view.alpha),
-        );
+        image.set((i % w) as u32, (i / w) as u32, c.resolve(palette.background, view.alpha));
     }
     Ok(image)
 }
@@ -308,7 +265,7 @@ pub fn frame_colour(name: &str) -> Colour {
 /// Rasterises the call tree over columns `[a, b)`: one bar per frame, root
 /// on top, names where they fit, a line where each invocation starts.
 pub fn rasterize_flamegraph(
-    model: &Model,
+    frames: &[Frame],
     symbols: &mut Symbolizer,
     columns: (f64, f64),
     width: u32,
@@ -316,13 +273,13 @@ pub fn rasterize_flamegraph(
     palette: &Palette,
 ) -> Image {
     let mut image = Image::new(width, height, palette.background);
-    let depth = model.call_tree.height().max(1);
+    let depth = frames.iter().map(|f| f.depth + 1).max().unwrap_or(1);
     let bar = (f64::from(height) / f64::from(depth)).min(16.0).max(1.0);
     let (a, b) = columns;
     let cw = (b - a) / f64::from(width.max(1));
     let mut target = Canvas(&mut image);
     let text = MonoTextStyle::new(&FONT_6X10, Rgb888::BLACK);
-    for f in &model.call_tree.frames {
+    for f in frames {
         let x0 = (f.first_column as f64 - a) / cw;
         let x1 = (f.end_column as f64 - a) / cw;
         if x1 <= 0.0 || x0 >= f64::from(width) || f.end_column == f.first_column {
@@ -351,17 +308,11 @@ pub fn rasterize_flamegraph(
             let label: String = if name.chars().count() as i64 <= room {
                 name
             } else {
-                name.chars()
-                    .take((room - 2) as usize)
-                    .chain("..".chars())
-                    .collect()
+                name.chars().take((room - 2) as usize).chain("..".chars()).collect()
             };
             let _ = Text::with_baseline(
                 &label,
-                Point::new(
-                    x0.max(0.0) as i32 + 2,
-                    y0 as i32 + ((bar as i32 - 10) / 2).max(0),
-                ),
+                Point::new(x0.max(0.0) as i32 + 2, y0 as i32 + ((bar as i32 - 10) / 2).max(0)),
                 text,
                 Baseline::Top,
             )
@@ -384,17 +335,10 @@ impl DrawTarget for Canvas<'_> {
     type Color = Rgb888;
     type Error = std::convert::Infallible;
 
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(
-        &mut self,
-        pixels: I,
-    ) -> Result<(), Self::Error> {
+    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(&mut self, pixels: I) -> Result<(), Self::Error> {
         for Pixel(p, c) in pixels {
             if p.x >= 0 && p.y >= 0 {
-                let colour = [
-                    f64::from(c.r()) / 255.0,
-                    f64::from(c.g()) / 255.0,
-                    f64::from(c.b()) / 255.0,
-                ];
+                let colour = [f64::from(c.r()) / 255.0, f64::from(c.g()) / 255.0, f64::from(c.b()) / 255.0];
                 self.0.set(p.x as u32, p.y as u32, colour);
             }
         }
@@ -417,11 +361,7 @@ pub struct RenderOptions {
 
 /// The whole picture: flamegraph on top, the bitmap beneath on the same x
 /// scale, a separator line between them.
-pub fn render(
-    model: &Model,
-    symbols: &mut Symbolizer,
-    options: &RenderOptions,
-) -> Result<Image, DecodeError> {
+pub fn render(model: &Model, symbols: &mut Symbolizer, options: &RenderOptions) -> Result<Image, DecodeError> {
     let (a, b) = options.columns.unwrap_or((0, model.columns));
     if b <= a || b > model.columns {
         return Err(DecodeError::InvalidSetting(format!(
@@ -430,30 +370,20 @@ pub fn render(
         )));
     }
     if options.width < 16 || options.height < 32 {
-        return Err(DecodeError::InvalidSetting(
-            "image must be at least 16x32 pixels".to_string(),
-        ));
+        return Err(DecodeError::InvalidSetting("image must be at least 16x32 pixels".to_string()));
     }
     if !(options.alpha > 0.0 && options.alpha.is_finite()) {
-        return Err(DecodeError::InvalidSetting(format!(
-            "alpha {} must be a positive number",
-            options.alpha
-        )));
+        return Err(DecodeError::InvalidSetting(format!("alpha {} must be a positive number", options.alpha)));
     }
     let palette = Palette::default();
-    let depth = model.call_tree.height().max(1);
+    let frames = model.frames_in(a, b)?;
+    let depth = frames.iter().map(|f| f.depth + 1).max().unwrap_or(1);
     let flame_h = (depth * 16).min(options.height * 2 / 5).max(8);
     let bitmap_h = options.height - flame_h - 2;
     let columns = (a as f64, b as f64);
-    let flame = rasterize_flamegraph(model, symbols, columns, options.width, flame_h, &palette);
+    let flame = rasterize_flamegraph(&frames, symbols, columns, options.width, flame_h, &palette);
     let rows = f64::from(model.metrics.max_rows.max(1));
-    let view = BitmapView {
-        columns,
-        rows: (0.0, rows),
-        width: options.width,
-        height: bitmap_h,
-        alpha: options.alpha,
-    };
+    let view = BitmapView { columns, rows: (0.0, rows), width: options.width, height: bitmap_h, alpha: options.alpha };
     let bitmap = rasterize_bitmap(model, &view, &palette)?;
     let mut image = Image::new(options.width, options.height, palette.background);
     image.paste(&flame, 0);

@@ -50,14 +50,7 @@ impl Location {
     }
 
     fn unknown(module: Option<String>) -> Self {
-        Location {
-            function: "??".into(),
-            file: None,
-            line: None,
-            column: None,
-            inlined: Vec::new(),
-            module,
-        }
+        Location { function: "??".into(), file: None, line: None, column: None, inlined: Vec::new(), module }
     }
 }
 
@@ -113,21 +106,11 @@ impl Symbolizer {
             .map(|m| ModuleEntry {
                 path: m.path.clone(),
                 ranges: m.ranges.iter().map(|r| (r.start, r.end)).collect(),
-                base: m
-                    .ranges
-                    .iter()
-                    .find(|r| r.file_offset == 0)
-                    .map(|r| r.start)
-                    .unwrap_or(0),
+                base: m.ranges.iter().find(|r| r.file_offset == 0).map(|r| r.start).unwrap_or(0),
                 loaded: None,
             })
             .collect();
-        Symbolizer {
-            modules,
-            cache: HashMap::new(),
-            warnings: Vec::new(),
-            debug_root: debug_root.to_path_buf(),
-        }
+        Symbolizer { modules, cache: HashMap::new(), warnings: Vec::new(), debug_root: debug_root.to_path_buf() }
     }
 
     /// Warnings so far (modules without debug info, unreadable modules).
@@ -146,11 +129,7 @@ impl Symbolizer {
     }
 
     fn lookup(&mut self, pc: u64) -> Location {
-        let Some(index) = self
-            .modules
-            .iter()
-            .position(|m| m.ranges.iter().any(|&(s, e)| (s..e).contains(&pc)))
-        else {
+        let Some(index) = self.modules.iter().position(|m| m.ranges.iter().any(|&(s, e)| (s..e).contains(&pc))) else {
             return Location::unknown(None);
         };
         if self.modules[index].loaded.is_none() {
@@ -166,19 +145,14 @@ impl Symbolizer {
                     Some(m)
                 }
                 Err(e) => {
-                    self.warnings.push(format!(
-                        "{}: cannot read ({e}); its code shows as ??",
-                        entry.path
-                    ));
+                    self.warnings.push(format!("{}: cannot read ({e}); its code shows as ??", entry.path));
                     None
                 }
             };
             self.modules[index].loaded = Some(loaded);
         }
         let entry = &self.modules[index];
-        let module_name = Path::new(&entry.path)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned());
+        let module_name = Path::new(&entry.path).file_name().map(|n| n.to_string_lossy().into_owned());
         let Some(Some(m)) = &entry.loaded else {
             return Location::unknown(module_name);
         };
@@ -205,11 +179,7 @@ impl Symbolizer {
                         Some(l) => (l.file.map(str::to_string), l.line),
                         None => (None, None),
                     };
-                    all.push(InlinedFrame {
-                        function,
-                        file,
-                        line,
-                    });
+                    all.push(InlinedFrame { function, file, line });
                 }
                 // The last frame is the physical function; the ones before
                 // it were inlined into it.
@@ -238,30 +208,12 @@ fn containing_function(functions: &[FunctionSymbol], address: u64) -> Option<&Fu
 fn load_module(path: &Path, base: u64, debug_root: &Path) -> Result<LoadedModule, String> {
     let data = std::fs::read(path).map_err(|e| e.to_string())?;
     let file = object::File::parse(&*data).map_err(|e| e.to_string())?;
-    let first_segment = file
-        .segments()
-        .filter(|s| s.size() > 0)
-        .map(|s| s.address() & !0xfff)
-        .min()
-        .unwrap_or(0);
-    let bias = if file.kind() == ObjectKind::Dynamic {
-        base.wrapping_sub(first_segment)
-    } else {
-        0
-    };
+    let first_segment = file.segments().filter(|s| s.size() > 0).map(|s| s.address() & !0xfff).min().unwrap_or(0);
+    let bias = if file.kind() == ObjectKind::Dynamic { base.wrapping_sub(first_segment) } else { 0 };
     let mut functions = function_symbols(&file);
-    let mut dwarf = if file.section_by_name(".debug_info").is_some() {
-        load_dwarf(&file).ok()
-    } else {
-        None
-    };
+    let mut dwarf = if file.section_by_name(".debug_info").is_some() { load_dwarf(&file).ok() } else { None };
     if dwarf.is_none() {
-        if let Some(debug_path) = file
-            .build_id()
-            .ok()
-            .flatten()
-            .and_then(|id| build_id_path(debug_root, id))
-        {
+        if let Some(debug_path) = file.build_id().ok().flatten().and_then(|id| build_id_path(debug_root, id)) {
             if let Ok(debug_data) = std::fs::read(&debug_path) {
                 if let Ok(debug_file) = object::File::parse(&*debug_data) {
                     dwarf = load_dwarf(&debug_file).ok();
@@ -272,11 +224,7 @@ fn load_module(path: &Path, base: u64, debug_root: &Path) -> Result<LoadedModule
             }
         }
     }
-    Ok(LoadedModule {
-        bias,
-        functions,
-        dwarf,
-    })
+    Ok(LoadedModule { bias, functions, dwarf })
 }
 
 fn function_symbols(file: &object::File<'_>) -> Vec<FunctionSymbol> {
@@ -284,13 +232,7 @@ fn function_symbols(file: &object::File<'_>) -> Vec<FunctionSymbol> {
         .symbols()
         .chain(file.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
-        .filter_map(|s| {
-            Some(FunctionSymbol {
-                address: s.address(),
-                size: s.size(),
-                name: demangle(s.name().ok()?),
-            })
-        })
+        .filter_map(|s| Some(FunctionSymbol { address: s.address(), size: s.size(), name: demangle(s.name().ok()?) }))
         .collect();
     // Prefer sized symbols among aliases at one address.
     functions.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
@@ -303,25 +245,16 @@ fn build_id_path(root: &Path, id: &[u8]) -> Option<PathBuf> {
     if hex.len() < 3 {
         return None;
     }
-    let p = root
-        .join(".build-id")
-        .join(&hex[..2])
-        .join(format!("{}.debug", &hex[2..]));
+    let p = root.join(".build-id").join(&hex[..2]).join(format!("{}.debug", &hex[2..]));
     p.exists().then_some(p)
 }
 
 fn load_dwarf(file: &object::File<'_>) -> Result<addr2line::Context<Reader>, gimli::Error> {
-    let endian = if file.is_little_endian() {
-        gimli::RunTimeEndian::Little
-    } else {
-        gimli::RunTimeEndian::Big
-    };
+    let endian = if file.is_little_endian() { gimli::RunTimeEndian::Little } else { gimli::RunTimeEndian::Big };
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
         // `uncompressed_data` undoes SHF_COMPRESSED and `.zdebug_*` alike.
-        let data = file
-            .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
-            .unwrap_or(Cow::Borrowed(&[][..]));
+        let data =
+            file.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok()).unwrap_or(Cow::Borrowed(&[][..]));
         Ok(gimli::EndianArcSlice::new(Arc::from(&*data), endian))
     };
     let dwarf = gimli::Dwarf::load(load)?;

@@ -2,7 +2,8 @@
 //!
 //! "Self" counts are the accesses of instructions in the function (line);
 //! "total" adds the accesses of everything it called. Recursion is counted
-//! once: a frame whose ancestor has the same key adds nothing to the total.
+//! once: a frame whose ancestor is the same function (call instruction)
+//! adds nothing to the total.
 
 use std::collections::HashMap;
 
@@ -69,49 +70,25 @@ pub fn access_table(model: &Model, symbols: &mut Symbolizer, grouping: Grouping)
             continue;
         }
         let k = key(symbols, site.pc);
-        let row = rows.entry(k.clone()).or_insert_with(|| AccessRow {
-            key: k,
-            ..AccessRow::default()
-        });
+        let row = rows.entry(k.clone()).or_insert_with(|| AccessRow { key: k, ..AccessRow::default() });
         row.self_reads += counts.reads;
         row.self_writes += counts.writes;
         row.self_bytes_read += counts.bytes_read;
     }
-    // Totals from the call tree: a function's frames, or the frames called
-    // from a line, each counted unless an ancestor already counted.
-    let frames = &model.call_tree.frames;
-    let mut frame_key: Vec<Option<String>> = Vec::with_capacity(frames.len());
-    for f in frames {
-        let k = match grouping {
-            Grouping::Function => Some(key(symbols, f.function)),
-            Grouping::Line => (f.callsite != 0).then(|| key(symbols, f.callsite)),
-        };
-        frame_key.push(k);
-    }
+    // Inclusive totals, summed by the call tree as frames closed (so they
+    // do not depend on frames it dropped to bound memory).
+    let inclusive = match grouping {
+        Grouping::Function => &model.call_tree.function_totals,
+        Grouping::Line => &model.call_tree.callsite_totals,
+    };
     let mut extra: HashMap<String, (u64, u64)> = HashMap::new();
-    for (i, f) in frames.iter().enumerate() {
-        let Some(k) = &frame_key[i] else { continue };
-        let mut ancestor = f.parent;
-        let mut repeated = false;
-        while let Some(a) = ancestor {
-            if frame_key[a as usize].as_ref() == Some(k) {
-                repeated = true;
-                break;
-            }
-            ancestor = frames[a as usize].parent;
-        }
-        if repeated {
-            continue;
-        }
-        let e = extra.entry(k.clone()).or_default();
-        e.0 += f.total_reads;
-        e.1 += f.total_writes;
+    for (&pc, totals) in inclusive {
+        let e = extra.entry(key(symbols, pc)).or_default();
+        e.0 += totals.reads;
+        e.1 += totals.writes;
     }
     for (k, (r, w)) in extra {
-        let row = rows.entry(k.clone()).or_insert_with(|| AccessRow {
-            key: k,
-            ..AccessRow::default()
-        });
+        let row = rows.entry(k.clone()).or_insert_with(|| AccessRow { key: k, ..AccessRow::default() });
         match grouping {
             // A function's frames include its own accesses.
             Grouping::Function => {
@@ -134,10 +111,7 @@ pub fn access_table(model: &Model, symbols: &mut Symbolizer, grouping: Grouping)
         })
         .collect();
     rows.sort_by(|a, b| {
-        b.total_reads
-            .cmp(&a.total_reads)
-            .then(b.self_reads.cmp(&a.self_reads))
-            .then(a.key.cmp(&b.key))
+        b.total_reads.cmp(&a.total_reads).then(b.self_reads.cmp(&a.self_reads)).then(a.key.cmp(&b.key))
     });
     rows
 }
@@ -148,12 +122,7 @@ pub fn allocation_table(model: &Model, symbols: &mut Symbolizer) -> Vec<Allocati
     for a in &model.allocations {
         let l = symbols.locate(a.callsite);
         let site = format!("{} {} ({})", l.function, l.file_line(), a.kind.name());
-        let row = rows
-            .entry(site.clone())
-            .or_insert_with(|| AllocationSiteRow {
-                site,
-                ..Default::default()
-            });
+        let row = rows.entry(site.clone()).or_insert_with(|| AllocationSiteRow { site, ..Default::default() });
         row.blocks += 1;
         row.bytes += a.size;
         row.reads += a.reads;
@@ -161,11 +130,6 @@ pub fn allocation_table(model: &Model, symbols: &mut Symbolizer) -> Vec<Allocati
         row.live_at_end += u64::from(a.free_column.is_none());
     }
     let mut rows: Vec<AllocationSiteRow> = rows.into_values().collect();
-    rows.sort_by(|a, b| {
-        b.reads
-            .cmp(&a.reads)
-            .then(b.bytes.cmp(&a.bytes))
-            .then(a.site.cmp(&b.site))
-    });
+    rows.sort_by(|a, b| b.reads.cmp(&a.reads).then(b.bytes.cmp(&a.bytes)).then(a.site.cmp(&b.site)));
     rows
 }

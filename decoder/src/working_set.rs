@@ -14,18 +14,26 @@
 //!
 //! Ages are not decremented one by one: a line stores the value of the miss
 //! clock when it was last touched, and its age is `max_age - (clock -
-//! last_touch)`. A miss is then O(log n + n) for the sorted insertion (a
-//! memmove of at most `max_rows` entries) and a hit is a binary search.
+//! last_touch)`. Eviction order is a queue of (refresh sequence, line) with
+//! lazy deletion: it depends only on the lines' states, so a set restored
+//! from a snapshot evicts exactly like the original.
+//!
+//! Two stores share this logic: [`SortedLines`] keeps rows in address order
+//! for drawing ([`OrderedWorkingSet`]); [`HashedLines`] skips the ordering
+//! for the decoding pass, where only membership, ages and bytes matter
+//! ([`FastWorkingSet`]); it sorts when a snapshot is taken.
 //! Writes do not enter the set: the bitmap shows how reads use lines.
 
-use std::collections::BTreeSet;
+use std::collections::{HashMap, VecDeque};
+
+use crate::reuse::BuildLineHasher;
 
 /// Configuration of the working set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkingSetConfig {
     /// Cache line size in bytes: a power of two from 8 to 128.
     pub line_size: u32,
-    /// Misses a line survives untouched; also the bound on the set height.
+    /// Misses a line survives untouched.
     pub max_age: u32,
     /// Hard cap on the number of lines (least recently used leaves first).
     pub max_rows: u32,
@@ -34,11 +42,7 @@ pub struct WorkingSetConfig {
 impl Default for WorkingSetConfig {
     fn default() -> Self {
         // 512 lines of 64 bytes: a 32 KiB L1 data cache.
-        WorkingSetConfig {
-            line_size: 64,
-            max_age: 512,
-            max_rows: 512,
-        }
+        WorkingSetConfig { line_size: 64, max_age: 512, max_rows: 512 }
     }
 }
 
@@ -46,10 +50,7 @@ impl WorkingSetConfig {
     /// Checks the ranges; returns a message for people when out of range.
     pub fn validate(&self) -> Result<(), String> {
         if !self.line_size.is_power_of_two() || !(8..=128).contains(&self.line_size) {
-            return Err(format!(
-                "line size {} must be a power of two from 8 to 128",
-                self.line_size
-            ));
+            return Err(format!("line size {} must be a power of two from 8 to 128", self.line_size));
         }
         if self.max_age == 0 {
             return Err("max age must be at least 1".to_string());
@@ -68,8 +69,8 @@ pub struct LineState {
     pub line: u64,
     /// Miss clock at the last touch.
     pub last_touch: u64,
-    /// Order of the last refresh (the first touch after a miss): breaks
-    /// ties between lines with the same `last_touch` for LRU eviction.
+    /// Order of the last refresh (the first touch after a miss): the LRU
+    /// order among lines with the same `last_touch`.
     pub seq: u64,
     /// Bytes read from the line since it entered the set (repeats count).
     pub bytes_read: u32,
@@ -91,20 +92,6 @@ pub struct Departure {
     pub state: LineState,
 }
 
-/// The working set itself.
-#[derive(Clone, Debug)]
-pub struct WorkingSet {
-    config: WorkingSetConfig,
-    shift: u32,
-    lines: Vec<LineState>,
-    clock: u64,
-    /// (seq, line) of every line: the eviction order (oldest first). It
-    /// depends only on the lines' states, so a restored snapshot evicts
-    /// exactly like the original.
-    by_age: BTreeSet<(u64, u64)>,
-    seq: u64,
-}
-
 /// What one read did to the set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadEffect {
@@ -114,27 +101,126 @@ pub struct ReadEffect {
     pub hits: u32,
 }
 
-impl WorkingSet {
+/// Where the lines of a working set live.
+pub trait LineStore: Default {
+    /// The state of `line`, if present.
+    fn get_mut(&mut self, line: u64) -> Option<&mut LineState>;
+    /// Adds a line that is not present.
+    fn insert(&mut self, state: LineState);
+    /// Removes a line.
+    fn remove(&mut self, line: u64) -> Option<LineState>;
+    /// Number of lines.
+    fn len(&self) -> usize;
+    /// True when empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Every line in address order.
+    fn sorted(&self) -> Vec<LineState>;
+    /// Removes every line.
+    fn take_all(&mut self) -> Vec<LineState>;
+}
+
+/// Lines in a vector kept in address order: rows for drawing.
+#[derive(Clone, Debug, Default)]
+pub struct SortedLines(Vec<LineState>);
+
+impl LineStore for SortedLines {
+    #[inline]
+    fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
+        let i = self.0.binary_search_by_key(&line, |l| l.line).ok()?;
+        Some(&mut self.0[i])
+    }
+    fn insert(&mut self, state: LineState) {
+        if let Err(i) = self.0.binary_search_by_key(&state.line, |l| l.line) {
+            self.0.insert(i, state);
+        }
+    }
+    fn remove(&mut self, line: u64) -> Option<LineState> {
+        let i = self.0.binary_search_by_key(&line, |l| l.line).ok()?;
+        Some(self.0.remove(i))
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn sorted(&self) -> Vec<LineState> {
+        self.0.clone()
+    }
+    fn take_all(&mut self) -> Vec<LineState> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// Lines in a hash map: no order, O(1) updates.
+#[derive(Clone, Debug, Default)]
+pub struct HashedLines(HashMap<u64, LineState, BuildLineHasher>);
+
+impl LineStore for HashedLines {
+    #[inline]
+    fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
+        self.0.get_mut(&line)
+    }
+    fn insert(&mut self, state: LineState) {
+        self.0.insert(state.line, state);
+    }
+    fn remove(&mut self, line: u64) -> Option<LineState> {
+        self.0.remove(&line)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn sorted(&self) -> Vec<LineState> {
+        let mut v: Vec<LineState> = self.0.values().copied().collect();
+        v.sort_unstable_by_key(|l| l.line);
+        v
+    }
+    fn take_all(&mut self) -> Vec<LineState> {
+        self.0.drain().map(|(_, s)| s).collect()
+    }
+}
+
+/// The working set, generic over where its lines live.
+#[derive(Clone, Debug)]
+pub struct WorkingSet<S: LineStore> {
+    config: WorkingSetConfig,
+    shift: u32,
+    store: S,
+    clock: u64,
+    seq: u64,
+    /// (seq, line) in refresh order; an entry is stale when the line's
+    /// current `seq` differs (it was refreshed again, or left).
+    lru: VecDeque<(u64, u64)>,
+}
+
+/// A working set with rows in address order, for drawing.
+pub type OrderedWorkingSet = WorkingSet<SortedLines>;
+/// A working set without row order, for the decoding pass.
+pub type FastWorkingSet = WorkingSet<HashedLines>;
+
+impl<S: LineStore> WorkingSet<S> {
     /// An empty set. The config must be valid ([`WorkingSetConfig::validate`]).
     pub fn new(config: WorkingSetConfig) -> Self {
         WorkingSet {
             config,
             shift: config.line_size.trailing_zeros(),
-            lines: Vec::with_capacity(config.max_rows.min(4096) as usize + 1),
+            store: S::default(),
             clock: 0,
-            by_age: BTreeSet::new(),
             seq: 0,
+            lru: VecDeque::new(),
         }
     }
 
-    /// Restores a set from a snapshot taken with [`WorkingSet::lines`] and
-    /// [`WorkingSet::clock`].
+    /// Restores a set from a snapshot ([`WorkingSet::snapshot`], [`WorkingSet::clock`]).
     pub fn restore(config: WorkingSetConfig, lines: &[LineState], clock: u64) -> Self {
-        let mut set = WorkingSet::new(config);
-        set.lines = lines.to_vec();
-        set.clock = clock;
-        set.by_age = lines.iter().map(|l| (l.seq, l.line)).collect();
+        let mut set = Self::new(config);
+        for l in lines {
+            set.store.insert(*l);
+        }
+        let mut order: Vec<(u64, u64)> = lines.iter().map(|l| (l.seq, l.line)).collect();
+        order.sort_unstable();
+        set.lru = order.into();
         set.seq = lines.iter().map(|l| l.seq).max().unwrap_or(0);
+        set.clock = clock;
         set
     }
 
@@ -143,9 +229,19 @@ impl WorkingSet {
         &self.config
     }
 
-    /// Lines in row order (ascending address).
-    pub fn lines(&self) -> &[LineState] {
-        &self.lines
+    /// Lines in the set.
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// True when no line is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.store.is_empty()
+    }
+
+    /// Every line, in address order.
+    pub fn snapshot(&self) -> Vec<LineState> {
+        self.store.sorted()
     }
 
     /// The miss clock: insertions so far.
@@ -156,9 +252,7 @@ impl WorkingSet {
     /// Age of a line now: `max_age` when just touched, 1 just before leaving.
     pub fn age(&self, state: &LineState) -> u32 {
         let since = self.clock - state.last_touch;
-        self.config
-            .max_age
-            .saturating_sub(since.min(u64::from(u32::MAX)) as u32)
+        self.config.max_age.saturating_sub(since.min(u64::from(u32::MAX)) as u32)
     }
 
     /// Applies one read of `size` bytes at `addr`. Lines that leave are
@@ -196,72 +290,73 @@ impl WorkingSet {
         effect: &mut ReadEffect,
         depart: &mut impl FnMut(Departure),
     ) {
-        match self.lines.binary_search_by_key(&line, |l| l.line) {
-            Ok(i) => {
-                let l = &mut self.lines[i];
-                l.bytes_read = l.bytes_read.saturating_add(bytes);
-                l.touched |= mask;
-                if l.last_touch != self.clock {
-                    self.seq += 1;
-                    self.by_age.remove(&(l.seq, line));
-                    l.last_touch = self.clock;
-                    l.seq = self.seq;
-                    self.by_age.insert((self.seq, line));
-                }
-                effect.hits += 1;
-            }
-            Err(i) => {
-                self.clock += 1;
+        if let Some(l) = self.store.get_mut(line) {
+            l.bytes_read = l.bytes_read.saturating_add(bytes);
+            l.touched |= mask;
+            if l.last_touch != self.clock {
                 self.seq += 1;
-                let state = LineState { line, last_touch: self.clock, seq: self.seq, bytes_read: bytes, touched: mask };
-                self.lines.insert(i, state);
-                self.by_age.insert((self.seq, line));
-                effect.inserted += 1;
-                self.expire(depart);
+                l.last_touch = self.clock;
+                l.seq = self.seq;
+                self.lru.push_back((self.seq, line));
             }
+            effect.hits += 1;
+            return;
         }
+        self.clock += 1;
+        self.seq += 1;
+        self.store.insert(LineState { line, last_touch: self.clock, seq: self.seq, bytes_read: bytes, touched: mask });
+        self.lru.push_back((self.seq, line));
+        effect.inserted += 1;
+        self.expire(depart);
     }
 
     /// Removes lines whose age reached 0, then the least recently used ones
     /// while the set is over `max_rows`.
     fn expire(&mut self, depart: &mut impl FnMut(Departure)) {
         let max_age = u64::from(self.config.max_age);
-        while let Some(&(_, line)) = self.by_age.first() {
-            let Ok(i) = self.lines.binary_search_by_key(&line, |l| l.line) else {
-                self.by_age.pop_first();
-                continue;
+        while let Some(&(seq, line)) = self.lru.front() {
+            let (last_touch, current) = match self.store.get_mut(line) {
+                Some(l) => (l.last_touch, l.seq == seq),
+                None => (0, false),
             };
-            // Sequence order is touch order, so the first line is also the
+            if !current {
+                self.lru.pop_front();
+                continue;
+            }
+            // Refresh order is touch order, so the front line is also the
             // one with the oldest `last_touch`.
-            let too_old = self.clock - self.lines[i].last_touch >= max_age;
-            let over_cap = self.lines.len() > self.config.max_rows as usize;
+            let too_old = self.clock - last_touch >= max_age;
+            let over_cap = self.store.len() > self.config.max_rows as usize;
             if !too_old && !over_cap {
                 break;
             }
-            self.by_age.pop_first();
-            depart(Departure { state: self.lines.remove(i) });
+            self.lru.pop_front();
+            if let Some(state) = self.store.remove(line) {
+                depart(Departure { state });
+            }
         }
     }
 
     /// Empties the set (end of the trace), reporting every line.
     pub fn drain(&mut self, mut depart: impl FnMut(Departure)) {
-        for state in self.lines.drain(..) {
+        for state in self.store.take_all() {
             depart(Departure { state });
         }
-        self.by_age.clear();
+        self.lru.clear();
+    }
+}
+
+impl OrderedWorkingSet {
+    /// Lines in row order (ascending address).
+    pub fn lines(&self) -> &[LineState] {
+        &self.store.0
     }
 }
 
 /// Bits `lo..hi` set.
 #[inline]
 fn byte_mask(lo: u32, hi: u32) -> u128 {
-    let upto = |n: u32| {
-        if n >= 128 {
-            u128::MAX
-        } else {
-            (1u128 << n) - 1
-        }
-    };
+    let upto = |n: u32| if n >= 128 { u128::MAX } else { (1u128 << n) - 1 };
     upto(hi) & !upto(lo)
 }
 
@@ -270,34 +365,22 @@ mod tests {
     use super::*;
 
     fn config(max_age: u32, max_rows: u32) -> WorkingSetConfig {
-        WorkingSetConfig {
-            line_size: 64,
-            max_age,
-            max_rows,
-        }
+        WorkingSetConfig { line_size: 64, max_age, max_rows }
     }
 
-    fn rows(set: &WorkingSet) -> Vec<(u64, u32)> {
+    fn rows(set: &OrderedWorkingSet) -> Vec<(u64, u32)> {
         set.lines().iter().map(|l| (l.line, set.age(l))).collect()
     }
 
     #[test]
     fn inserts_sorted_and_ages_other_lines_on_misses_only() {
-        let mut set = WorkingSet::new(config(3, 10));
+        let mut set = OrderedWorkingSet::new(config(3, 10));
         let mut gone = Vec::new();
         set.read(5 * 64, 8, |d| gone.push(d.state.line));
         set.read(2 * 64, 8, |d| gone.push(d.state.line));
-        assert_eq!(
-            rows(&set),
-            vec![(2, 3), (5, 2)],
-            "line 2 inserted above 5; 5 aged by one"
-        );
+        assert_eq!(rows(&set), vec![(2, 3), (5, 2)], "line 2 inserted above 5; 5 aged by one");
         set.read(5 * 64 + 8, 8, |d| gone.push(d.state.line));
-        assert_eq!(
-            rows(&set),
-            vec![(2, 3), (5, 3)],
-            "a hit refreshes and ages nobody"
-        );
+        assert_eq!(rows(&set), vec![(2, 3), (5, 3)], "a hit refreshes and ages nobody");
         set.read(9 * 64, 4, |d| gone.push(d.state.line));
         set.read(1 * 64, 4, |d| gone.push(d.state.line));
         // Two misses since line 2 and 5 were touched: ages 1; a third leaves them.
@@ -310,48 +393,32 @@ mod tests {
 
     #[test]
     fn straddling_reads_touch_both_lines_and_count_bytes() {
-        let mut set = WorkingSet::new(WorkingSetConfig::default());
+        let mut set = OrderedWorkingSet::new(WorkingSetConfig::default());
         let e = set.read(60, 8, |_| {});
-        assert_eq!(
-            e,
-            ReadEffect {
-                inserted: 2,
-                hits: 0
-            }
-        );
+        assert_eq!(e, ReadEffect { inserted: 2, hits: 0 });
         let l = set.lines();
-        assert_eq!(
-            (l[0].line, l[0].bytes_read, l[0].distinct_bytes()),
-            (0, 4, 4)
-        );
+        assert_eq!((l[0].line, l[0].bytes_read, l[0].distinct_bytes()), (0, 4, 4));
         assert_eq!((l[1].line, l[1].bytes_read, l[1].touched), (1, 4, 0b1111));
         set.read(60, 8, |_| {});
-        assert_eq!(
-            set.lines()[0].bytes_read,
-            8,
-            "repeated bytes count in bytes_read"
-        );
+        assert_eq!(set.lines()[0].bytes_read, 8, "repeated bytes count in bytes_read");
         assert_eq!(set.lines()[0].distinct_bytes(), 4, "but not in the mask");
     }
 
     #[test]
     fn max_rows_evicts_least_recently_used() {
-        let mut set = WorkingSet::new(config(100, 2));
+        let mut set = OrderedWorkingSet::new(config(100, 2));
         let mut gone = Vec::new();
         set.read(0, 1, |d| gone.push(d.state.line));
         set.read(64, 1, |d| gone.push(d.state.line));
         set.read(0, 1, |d| gone.push(d.state.line)); // line 0 now more recent
         set.read(128, 1, |d| gone.push(d.state.line));
         assert_eq!(gone, vec![1]);
-        assert_eq!(
-            set.lines().iter().map(|l| l.line).collect::<Vec<_>>(),
-            vec![0, 2]
-        );
+        assert_eq!(set.lines().iter().map(|l| l.line).collect::<Vec<_>>(), vec![0, 2]);
     }
 
     #[test]
     fn height_never_exceeds_max_age() {
-        let mut set = WorkingSet::new(config(16, 1000));
+        let mut set = OrderedWorkingSet::new(config(16, 1000));
         for i in 0..1000u64 {
             set.read((i * 7919 % 4096) * 64, 8, |_| {});
             assert!(set.lines().len() <= 16);
@@ -360,17 +427,21 @@ mod tests {
 
     #[test]
     fn restore_continues_identically() {
-        let mut a = WorkingSet::new(config(8, 8));
+        let mut a = OrderedWorkingSet::new(config(8, 8));
         for i in 0..50u64 {
             a.read((i * 37 % 20) * 64, 4, |_| {});
         }
-        let mut b = WorkingSet::restore(*a.config(), a.lines(), a.clock());
+        let mut b = OrderedWorkingSet::restore(*a.config(), a.lines(), a.clock());
+        let mut c = FastWorkingSet::restore(*a.config(), &a.snapshot(), a.clock());
         for i in 0..50u64 {
-            let (mut ga, mut gb) = (Vec::new(), Vec::new());
+            let (mut ga, mut gb, mut gc) = (Vec::new(), Vec::new(), Vec::new());
             a.read((i * 13 % 23) * 64, 4, |d| ga.push(d.state.line));
             b.read((i * 13 % 23) * 64, 4, |d| gb.push(d.state.line));
+            c.read((i * 13 % 23) * 64, 4, |d| gc.push(d.state.line));
             assert_eq!(ga, gb);
+            assert_eq!(ga, gc, "the hashed store behaves like the sorted one");
             assert_eq!(a.lines(), b.lines());
+            assert_eq!(a.snapshot(), c.snapshot());
         }
     }
 }

@@ -6,8 +6,8 @@
 //! pc; the stepping loop only evaluates the cached operands against registers.
 
 use iced_x86::{
-    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
-    OpKind, Register, UsedMemory,
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
+    UsedMemory,
 };
 use trace_rt::format::{AccessKind, SiteId};
 
@@ -50,11 +50,7 @@ pub struct DecodedInstruction {
 
 /// Decodes the instruction at `pc` from `bytes` (which start at `pc`).
 /// Returns `None` for undecodable bytes.
-pub fn decode(
-    bytes: &[u8],
-    pc: u64,
-    factory: &mut InstructionInfoFactory,
-) -> Option<DecodedInstruction> {
+pub fn decode(bytes: &[u8], pc: u64, factory: &mut InstructionInfoFactory) -> Option<DecodedInstruction> {
     let mut decoder = Decoder::with_ip(64, bytes, pc, DecoderOptions::NONE);
     let instr = decoder.decode();
     if instr.is_invalid() {
@@ -81,18 +77,11 @@ pub fn decode(
                     // instruction's.
                     size = instr.memory_size().size() as u32;
                 }
-                Some(MemoryOperand {
-                    expr: *m,
-                    kind,
-                    size,
-                    elements,
-                    site: 0,
-                })
+                Some(MemoryOperand { expr: *m, kind, size, elements, site: 0 })
             })
             .collect()
     };
-    let rep_string =
-        (instr.has_rep_prefix() || instr.has_repne_prefix()) && is_string_instruction(&instr);
+    let rep_string = (instr.has_rep_prefix() || instr.has_repne_prefix()) && is_string_instruction(&instr);
     let branch_target = match instr.flow_control() {
         FlowControl::Call | FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
             Some(instr.near_branch_target()).filter(|&t| t != 0)
@@ -165,10 +154,7 @@ fn element_layout(instr: &Instruction, m: &UsedMemory) -> (u32, u16) {
         .map(|(_, r)| r.size())
         .unwrap_or(16);
     let index_elems = m.index().size() / m.vsib_size() as usize;
-    (
-        (elem) as u32,
-        (data_reg / elem).min(index_elems).max(1) as u16,
-    )
+    ((elem) as u32, (data_reg / elem).min(index_elems).max(1) as u16)
 }
 
 /// Value of a general-purpose register (any width) from the register file.
@@ -217,13 +203,12 @@ pub fn segment_base(regs: &Regs, reg: Register) -> Option<u64> {
 /// Effective address of a non-VSIB operand.
 #[inline]
 pub fn effective_address(expr: &UsedMemory, regs: &Regs) -> Option<u64> {
-    expr.virtual_address(0, |reg, _, _| {
-        if reg.is_segment_register() {
-            segment_base(regs, reg)
-        } else {
-            gpr_value(regs, reg)
-        }
-    })
+    expr.virtual_address(
+        0,
+        |reg, _, _| {
+            if reg.is_segment_register() { segment_base(regs, reg) } else { gpr_value(regs, reg) }
+        },
+    )
 }
 
 #[cfg(test)]
@@ -245,16 +230,8 @@ mod tests {
     fn classifies_accesses() {
         use AccessKind::*;
         let table: &[(&[u8], &str, &[(AccessKind, u32)])] = &[
-            (
-                &[0x66, 0x0f, 0x6f, 0x00],
-                "movdqa xmm0,[rax]",
-                &[(Read, 16)],
-            ),
-            (
-                &[0x0f, 0x29, 0x40, 0xf0],
-                "movaps [rax-10h],xmm0",
-                &[(Write, 16)],
-            ),
+            (&[0x66, 0x0f, 0x6f, 0x00], "movdqa xmm0,[rax]", &[(Read, 16)]),
+            (&[0x0f, 0x29, 0x40, 0xf0], "movaps [rax-10h],xmm0", &[(Write, 16)]),
             (&[0x01, 0x07], "add [rdi],eax", &[(Modify, 4)]),
             (&[0x48, 0x8d, 0x04, 0x08], "lea rax,[rax+rcx]", &[]),
             (&[0x0f, 0x1f, 0x40, 0x00], "nop dword [rax]", &[]),
@@ -268,8 +245,7 @@ mod tests {
         ];
         for (bytes, what, want) in table {
             let d = dec(bytes);
-            let mut got: Vec<(AccessKind, u32)> =
-                d.operands.iter().map(|o| (o.kind, o.size)).collect();
+            let mut got: Vec<(AccessKind, u32)> = d.operands.iter().map(|o| (o.kind, o.size)).collect();
             let mut want = want.to_vec();
             got.sort_by_key(|g| (g.0 as u8, g.1));
             want.sort_by_key(|g| (g.0 as u8, g.1));
@@ -288,38 +264,20 @@ mod tests {
         assert_eq!(effective_address(&d.operands[0].expr, &regs), Some(0x1016));
         // mov rax, fs:[0x28]
         let d = dec(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]);
-        assert_eq!(
-            effective_address(&d.operands[0].expr, &regs),
-            Some(0x7000_0028)
-        );
+        assert_eq!(effective_address(&d.operands[0].expr, &regs), Some(0x7000_0028));
         // mov edx, [rax+rcx*4+8]
         let d = dec(&[0x8b, 0x54, 0x88, 0x08]);
-        assert_eq!(
-            effective_address(&d.operands[0].expr, &regs),
-            Some(0x5000 + 12 + 8)
-        );
+        assert_eq!(effective_address(&d.operands[0].expr, &regs), Some(0x5000 + 12 + 8));
     }
 
     #[test]
     fn recognises_rep_strings_syscalls_and_calls() {
         assert!(dec(&[0xf3, 0xa4]).rep_string, "rep movsb");
-        assert!(
-            dec(&[0xf3, 0xa4]).operands.iter().all(|o| o.size == 1),
-            "rep movsb moves bytes"
-        );
-        assert!(
-            dec(&[0xf3, 0x48, 0xab])
-                .operands
-                .iter()
-                .all(|o| o.size == 8),
-            "rep stosq stores qwords"
-        );
+        assert!(dec(&[0xf3, 0xa4]).operands.iter().all(|o| o.size == 1), "rep movsb moves bytes");
+        assert!(dec(&[0xf3, 0x48, 0xab]).operands.iter().all(|o| o.size == 8), "rep stosq stores qwords");
         assert!(dec(&[0xf3, 0x48, 0xab]).rep_string, "rep stosq");
         assert!(!dec(&[0xa4]).rep_string, "movsb without rep");
-        assert!(
-            !dec(&[0xf2, 0x0f, 0x10, 0x00]).rep_string,
-            "movsd xmm0,[rax] is SSE"
-        );
+        assert!(!dec(&[0xf2, 0x0f, 0x10, 0x00]).rep_string, "movsd xmm0,[rax] is SSE");
         assert!(dec(&[0x0f, 0x05]).syscall);
         let call = dec(&[0xe8, 0x10, 0, 0, 0]);
         assert_eq!(call.flow, FlowControl::Call);

@@ -31,9 +31,7 @@ pub enum InstrumentError {
         arch: String,
     },
     /// The executable has no function symbols at all.
-    #[error(
-        "{0} has no symbol table (stripped?): cannot find the function to trace; rebuild without -s"
-    )]
+    #[error("{0} has no symbol table (stripped?): cannot find the function to trace; rebuild without -s")]
     Stripped(PathBuf),
     /// No symbol matched.
     #[error("no function named '{name}' in {path}; closest: {closest}")]

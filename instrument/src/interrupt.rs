@@ -12,11 +12,7 @@ static TARGET: AtomicI32 = AtomicI32::new(0);
 
 /// Installs the handlers (idempotent per signal registration; call once).
 pub fn install() -> std::io::Result<()> {
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
         // SAFETY: the action only does atomic operations and kill(2), both
         // async-signal-safe.
         unsafe {

@@ -11,13 +11,9 @@ pub fn parse_maps(text: &str) -> Vec<Module> {
     let mut modules: Vec<Module> = Vec::new();
     for line in text.lines() {
         let mut fields = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(offset), Some(_dev), Some(_inode)) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
+        let (Some(range), Some(perms), Some(offset), Some(_dev), Some(_inode)) =
+            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
+        else {
             continue;
         };
         let path: String = fields.collect::<Vec<_>>().join(" ");
@@ -27,26 +23,15 @@ pub fn parse_maps(text: &str) -> Vec<Module> {
         let Some((start, end)) = range.split_once('-') else {
             continue;
         };
-        let (Ok(start), Ok(end), Ok(file_offset)) = (
-            u64::from_str_radix(start, 16),
-            u64::from_str_radix(end, 16),
-            u64::from_str_radix(offset, 16),
-        ) else {
+        let (Ok(start), Ok(end), Ok(file_offset)) =
+            (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16), u64::from_str_radix(offset, 16))
+        else {
             continue;
         };
-        let r = MappedRange {
-            start,
-            end,
-            file_offset,
-            perms: perms.to_string(),
-        };
+        let r = MappedRange { start, end, file_offset, perms: perms.to_string() };
         match modules.iter_mut().find(|m| m.path == path) {
             Some(m) => m.ranges.push(r),
-            None => modules.push(Module {
-                path,
-                build_id: None,
-                ranges: vec![r],
-            }),
+            None => modules.push(Module { path, build_id: None, ranges: vec![r] }),
         }
     }
     modules
@@ -54,26 +39,18 @@ pub fn parse_maps(text: &str) -> Vec<Module> {
 
 /// Reads and parses the memory map of `pid`.
 pub fn read_maps(pid: i32) -> std::io::Result<Vec<Module>> {
-    Ok(parse_maps(&std::fs::read_to_string(format!(
-        "/proc/{pid}/maps"
-    ))?))
+    Ok(parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
 }
 
 /// The address at which file offset 0 of `module` is mapped.
 pub fn base_address(module: &Module) -> Option<u64> {
-    module
-        .ranges
-        .iter()
-        .find(|r| r.file_offset == 0)
-        .map(|r| r.start)
+    module.ranges.iter().find(|r| r.file_offset == 0).map(|r| r.start)
 }
 
 /// Finds the module mapped from `path` (comparing canonical paths).
 pub fn find_module<'a>(modules: &'a [Module], path: &Path) -> Option<&'a Module> {
     let want = path.canonicalize().ok()?;
-    modules
-        .iter()
-        .find(|m| Path::new(&m.path).canonicalize().ok().as_deref() == Some(&want))
+    modules.iter().find(|m| Path::new(&m.path).canonicalize().ok().as_deref() == Some(&want))
 }
 
 #[cfg(test)]

@@ -39,12 +39,8 @@ pub struct ElfSymbols {
 impl ElfSymbols {
     /// Reads the symbols of the ELF file at `path`.
     pub fn load(path: &Path) -> Result<Self, InstrumentError> {
-        let data = std::fs::read(path).map_err(|e| InstrumentError::Io {
-            path: path.to_path_buf(),
-            cause: e,
-        })?;
-        let file =
-            object::File::parse(&*data).map_err(|_| InstrumentError::NotElf(path.to_path_buf()))?;
+        let data = std::fs::read(path).map_err(|e| InstrumentError::Io { path: path.to_path_buf(), cause: e })?;
+        let file = object::File::parse(&*data).map_err(|_| InstrumentError::NotElf(path.to_path_buf()))?;
         if file.format() != object::BinaryFormat::Elf {
             return Err(InstrumentError::NotElf(path.to_path_buf()));
         }
@@ -72,18 +68,12 @@ impl ElfSymbols {
         }
         // What matters for a stripped executable is whether `.symtab` itself
         // has functions (`.dynsym` survives stripping).
-        let has_symtab = file
-            .symbols()
-            .any(|s| s.kind() == SymbolKind::Text && !s.is_undefined());
+        let has_symtab = file.symbols().any(|s| s.kind() == SymbolKind::Text && !s.is_undefined());
         functions.sort_by(|a, b| a.address.cmp(&b.address).then_with(|| a.raw.cmp(&b.raw)));
         functions.dedup_by(|a, b| a.address == b.address && a.raw == b.raw);
         let build_id = file.build_id().ok().flatten().map(hex);
-        let first_segment_address = file
-            .segments()
-            .filter(|s| s.size() > 0)
-            .map(|s| s.address() & !0xfff)
-            .min()
-            .unwrap_or(0);
+        let first_segment_address =
+            file.segments().filter(|s| s.size() > 0).map(|s| s.address() & !0xfff).min().unwrap_or(0);
         Ok(ElfSymbols {
             functions,
             has_symtab,
@@ -107,10 +97,7 @@ impl ElfSymbols {
             return Ok(f);
         }
         let candidates = if exact.is_empty() {
-            self.functions
-                .iter()
-                .filter(|f| f.demangled.contains(name))
-                .collect()
+            self.functions.iter().filter(|f| f.demangled.contains(name)).collect()
         } else {
             exact
         };
@@ -124,12 +111,7 @@ impl ElfSymbols {
             let mut scored: Vec<(f64, &str)> = self
                 .functions
                 .iter()
-                .map(|f| {
-                    (
-                        strsim::jaro_winkler(name, strip_params(&f.demangled)),
-                        f.demangled.as_str(),
-                    )
-                })
+                .map(|f| (strsim::jaro_winkler(name, strip_params(&f.demangled)), f.demangled.as_str()))
                 .collect();
             scored.sort_by(|a, b| b.0.total_cmp(&a.0));
             let mut closest: Vec<String> = Vec::new();
@@ -141,11 +123,7 @@ impl ElfSymbols {
                     break;
                 }
             }
-            let hint = if self.has_symtab {
-                ""
-            } else {
-                " (the file has no .symtab: stripped?)"
-            };
+            let hint = if self.has_symtab { "" } else { " (the file has no .symtab: stripped?)" };
             return Err(InstrumentError::FunctionNotFound {
                 name: name.to_string(),
                 path: path.to_path_buf(),
@@ -155,10 +133,7 @@ impl ElfSymbols {
         let mut names: Vec<String> = candidates.iter().map(|f| f.demangled.clone()).collect();
         names.sort();
         names.dedup();
-        Err(InstrumentError::AmbiguousFunction {
-            name: name.to_string(),
-            candidates: names.join(", "),
-        })
+        Err(InstrumentError::AmbiguousFunction { name: name.to_string(), candidates: names.join(", ") })
     }
 
     /// Finds the function containing `address` (link-time), for messages.
@@ -171,10 +146,7 @@ impl ElfSymbols {
 
 fn unique_by_address<'a>(candidates: &[&'a FunctionSymbol]) -> Option<&'a FunctionSymbol> {
     let first = candidates.first()?;
-    candidates
-        .iter()
-        .all(|f| f.address == first.address)
-        .then_some(*first)
+    candidates.iter().all(|f| f.address == first.address).then_some(*first)
 }
 
 /// Demangles Rust (legacy and v0, hash dropped) and C++ names.
@@ -209,12 +181,7 @@ mod tests {
     use super::*;
 
     fn sym(raw: &str, address: u64) -> FunctionSymbol {
-        FunctionSymbol {
-            raw: raw.into(),
-            demangled: demangle(raw),
-            address,
-            size: 16,
-        }
+        FunctionSymbol { raw: raw.into(), demangled: demangle(raw), address, size: 16 }
     }
 
     fn table(f: Vec<FunctionSymbol>) -> ElfSymbols {
@@ -229,10 +196,7 @@ mod tests {
 
     #[test]
     fn demangles_rust_and_cpp() {
-        assert_eq!(
-            demangle("_ZN7example4work17h0123456789abcdefE"),
-            "example::work"
-        );
+        assert_eq!(demangle("_ZN7example4work17h0123456789abcdefE"), "example::work");
         assert_eq!(demangle("_ZN2ns4workEi"), "ns::work(int)");
         assert_eq!(demangle("work"), "work");
     }
@@ -248,10 +212,7 @@ mod tests {
         let p = Path::new("x");
         assert_eq!(t.resolve("work", p).expect("exact").address, 0x10);
         assert_eq!(t.resolve("helper", p).expect("substring").address, 0x20);
-        assert_eq!(
-            t.resolve("ns::mangle", p).expect("without params").address,
-            0x30
-        );
+        assert_eq!(t.resolve("ns::mangle", p).expect("without params").address, 0x30);
         assert_eq!(t.resolve("example::run", p).expect("rust").address, 0x40);
         match t.resolve("wor", p) {
             Err(InstrumentError::AmbiguousFunction { candidates, .. }) => {
@@ -270,9 +231,6 @@ mod tests {
     #[test]
     fn aliases_are_one_function() {
         let t = table(vec![sym("malloc", 0x10), sym("__libc_malloc", 0x10)]);
-        assert_eq!(
-            t.resolve("malloc", Path::new("x")).expect("alias").address,
-            0x10
-        );
+        assert_eq!(t.resolve("malloc", Path::new("x")).expect("alias").address, 0x10);
     }
 }

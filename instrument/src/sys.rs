@@ -28,11 +28,7 @@ pub enum Stop {
 }
 
 fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
-    if ret == -1 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
+    if ret == -1 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 
 /// Asks to be traced by the parent (called in the child before `exec`).
@@ -44,8 +40,7 @@ pub fn traceme() -> io::Result<()> {
 /// Sets `PTRACE_O_*` options on a stopped tracee.
 pub fn set_options(tid: Tid, options: libc::c_int) -> io::Result<()> {
     // SAFETY: the data argument is an integer, not a pointer.
-    check(unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, tid, 0, options as libc::c_long) })
-        .map(drop)
+    check(unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, tid, 0, options as libc::c_long) }).map(drop)
 }
 
 /// Executes one instruction, delivering `signo` (0 for none) first.
@@ -100,21 +95,11 @@ pub fn poke(tid: Tid, addr: u64, word: u64) -> io::Result<()> {
 /// Reads tracee memory in one system call; returns the bytes read, which can
 /// be fewer than asked at the end of a mapping.
 pub fn read_memory(pid: Tid, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
     // SAFETY: `local` covers exactly `buf`; the kernel checks `remote`.
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
 }
 
 /// The signal information of a signal-delivery stop.
@@ -130,14 +115,7 @@ pub fn sig_info(tid: Tid) -> io::Result<libc::siginfo_t> {
 pub fn event_msg(tid: Tid) -> io::Result<u64> {
     let mut msg: libc::c_ulong = 0;
     // SAFETY: the kernel writes one c_ulong.
-    check(unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETEVENTMSG,
-            tid,
-            0,
-            &mut msg as *mut libc::c_ulong,
-        )
-    })?;
+    check(unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid, 0, &mut msg as *mut libc::c_ulong) })?;
     Ok(msg)
 }
 
@@ -164,10 +142,7 @@ fn decode_status(status: i32) -> Stop {
     } else if libc::WIFSIGNALED(status) {
         Stop::Killed(libc::WTERMSIG(status))
     } else {
-        Stop::Signal {
-            signo: libc::WSTOPSIG(status),
-            event: (status >> 16) & 0xff,
-        }
+        Stop::Signal { signo: libc::WSTOPSIG(status), event: (status >> 16) & 0xff }
     }
 }
 

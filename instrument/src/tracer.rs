@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use iced_x86::{FlowControl, InstructionInfoFactory};
 use trace_rt::format::{
-    AllocKind, Allocation, Event, Metadata, Site, TargetExit, TraceWriter, Trailer,
-    TruncationReason,
+    AllocKind, Allocation, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason,
 };
 
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
@@ -40,17 +39,12 @@ struct Breakpoint {
 impl Breakpoint {
     fn insert(tid: Tid, addr: u64) -> Result<Self, InstrumentError> {
         let word = sys::peek(tid, addr).map_err(ptrace_err("reading code for a breakpoint"))?;
-        sys::poke(tid, addr, (word & !0xff) | u64::from(INT3))
-            .map_err(ptrace_err("inserting a breakpoint"))?;
-        Ok(Breakpoint {
-            addr,
-            original: word as u8,
-        })
+        sys::poke(tid, addr, (word & !0xff) | u64::from(INT3)).map_err(ptrace_err("inserting a breakpoint"))?;
+        Ok(Breakpoint { addr, original: word as u8 })
     }
 
     fn remove(self, tid: Tid) -> Result<(), InstrumentError> {
-        let word =
-            sys::peek(tid, self.addr).map_err(ptrace_err("reading code for a breakpoint"))?;
+        let word = sys::peek(tid, self.addr).map_err(ptrace_err("reading code for a breakpoint"))?;
         sys::poke(tid, self.addr, (word & !0xff) | u64::from(self.original))
             .map_err(ptrace_err("removing a breakpoint"))
     }
@@ -104,16 +98,11 @@ struct Tracer {
 pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
     let exe = resolve_program(&options.program)?;
     let symbols = ElfSymbols::load(&exe)?;
-    let function_name = options
-        .function
-        .clone()
-        .unwrap_or_else(|| "main".to_string());
+    let function_name = options.function.clone().unwrap_or_else(|| "main".to_string());
     let function = symbols.resolve(&function_name, &exe)?.clone();
 
-    let file = File::create(&options.output).map_err(|e| InstrumentError::Io {
-        path: options.output.clone(),
-        cause: e,
-    })?;
+    let file =
+        File::create(&options.output).map_err(|e| InstrumentError::Io { path: options.output.clone(), cause: e })?;
     let pid = spawn(&exe, &options)?;
     interrupt::set_target(pid);
     if interrupt::requested() {
@@ -123,30 +112,20 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
 
     let mut metadata = Metadata::new("ptrace-singlestep");
     metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
-        .chain(
-            options
-                .args
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned()),
-        )
+        .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
         .collect();
     metadata.executable = exe.to_string_lossy().into_owned();
     metadata.build_id = symbols.build_id.clone();
     metadata.function = Some(function.demangled.clone());
     metadata.pid = pid as u32;
-    metadata.start_unix_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    metadata.start_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
 
     let modules = maps::read_maps(pid).map_err(ptrace_err("reading the target's memory map"))?;
-    let exe_module =
-        maps::find_module(&modules, &exe).ok_or_else(|| InstrumentError::NotMapped(exe.clone()))?;
+    let exe_module = maps::find_module(&modules, &exe).ok_or_else(|| InstrumentError::NotMapped(exe.clone()))?;
     let bias = if symbols.position_independent {
-        maps::base_address(exe_module)
-            .unwrap_or(0)
-            .wrapping_sub(symbols.first_segment_address)
+        maps::base_address(exe_module).unwrap_or(0).wrapping_sub(symbols.first_segment_address)
     } else {
         0
     };
@@ -187,10 +166,8 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
     let trace_bytes = {
         let trailer = Trailer { exit, truncated };
         let w = tracer.writer.finish(&trailer)?;
-        let file = w.into_inner().map_err(|e| InstrumentError::Io {
-            path: options.output.clone(),
-            cause: e.into_error(),
-        })?;
+        let file =
+            w.into_inner().map_err(|e| InstrumentError::Io { path: options.output.clone(), cause: e.into_error() })?;
         file.metadata().map(|m| m.len()).unwrap_or(0)
     };
     Ok(RecordSummary {
@@ -209,28 +186,20 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
 fn resolve_program(program: &Path) -> Result<PathBuf, InstrumentError> {
     let not_found = || InstrumentError::Spawn {
         program: program.display().to_string(),
-        cause: std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            "no such file (or not in PATH)",
-        ),
+        cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file (or not in PATH)"),
     };
     if program.as_os_str().is_empty() {
         return Err(not_found());
     }
     if program.components().count() > 1 || program.is_absolute() {
         return if program.is_file() {
-            Ok(program
-                .canonicalize()
-                .unwrap_or_else(|_| program.to_path_buf()))
+            Ok(program.canonicalize().unwrap_or_else(|_| program.to_path_buf()))
         } else {
             Err(not_found())
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-        .ok_or_else(not_found)
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file()).ok_or_else(not_found)
 }
 
 fn spawn(exe: &Path, options: &RecordOptions) -> Result<Tid, InstrumentError> {
@@ -246,20 +215,12 @@ fn spawn(exe: &Path, options: &RecordOptions) -> Result<Tid, InstrumentError> {
     unsafe {
         cmd.pre_exec(sys::traceme);
     }
-    let child = cmd.spawn().map_err(|e| InstrumentError::Spawn {
-        program: options.program.display().to_string(),
-        cause: e,
-    })?;
+    let child =
+        cmd.spawn().map_err(|e| InstrumentError::Spawn { program: options.program.display().to_string(), cause: e })?;
     let pid = child.id() as Tid;
     // The child stops with SIGTRAP right after exec.
     match sys::wait(pid).map_err(ptrace_err("waiting for the target to start"))? {
-        (
-            _,
-            Stop::Signal {
-                signo: libc::SIGTRAP,
-                ..
-            },
-        ) => {}
+        (_, Stop::Signal { signo: libc::SIGTRAP, .. }) => {}
         (_, other) => {
             return Err(InstrumentError::Ptrace {
                 what: "starting the target",
@@ -291,16 +252,9 @@ impl Tracer {
             if let Some(exit) = self.on_process_exit(tid, stop) {
                 return Ok((Some(exit), truncated));
             }
-            if let Stop::Signal {
-                signo: libc::SIGTRAP,
-                event: 0,
-            } = stop
-            {
+            if let Stop::Signal { signo: libc::SIGTRAP, event: 0 } = stop {
                 let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
-                if let Some(bp) = self
-                    .entry_bp
-                    .filter(|bp| regs.rip.wrapping_sub(1) == bp.addr)
-                {
+                if let Some(bp) = self.entry_bp.filter(|bp| regs.rip.wrapping_sub(1) == bp.addr) {
                     bp.remove(tid)?;
                     self.entry_bp = None;
                     regs.rip = bp.addr;
@@ -343,12 +297,7 @@ impl Tracer {
 
     /// Handles a stop of a thread that is not being stepped: new threads,
     /// signals to pass on, stale breakpoint hits.
-    fn on_background_stop(
-        &mut self,
-        tid: Tid,
-        stop: Stop,
-        temp_bp: Option<Breakpoint>,
-    ) -> Result<(), InstrumentError> {
+    fn on_background_stop(&mut self, tid: Tid, stop: Stop, temp_bp: Option<Breakpoint>) -> Result<(), InstrumentError> {
         let Stop::Signal { signo, event } = stop else {
             return Ok(());
         };
@@ -360,9 +309,7 @@ impl Tracer {
         if event == libc::PTRACE_EVENT_CLONE {
             if let Ok(child) = sys::event_msg(tid) {
                 let child = child as Tid;
-                let _ = self
-                    .writer
-                    .push(child as u32, &Event::ThreadStart { parent: tid as u32 });
+                let _ = self.writer.push(child as u32, &Event::ThreadStart { parent: tid as u32 });
                 if !self.known_threads.insert(child) {
                     // Its initial stop was already seen and resumed.
                 } else {
@@ -376,9 +323,7 @@ impl Tracer {
             resume(0);
             return Ok(());
         }
-        if signo == libc::SIGSTOP
-            && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid))
-        {
+        if signo == libc::SIGSTOP && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid)) {
             // The initial stop of a new thread, not a signal to deliver.
             resume(0);
             return Ok(());
@@ -435,17 +380,14 @@ impl Tracer {
     /// module. Done at the first entry hit, when the libraries are mapped.
     fn load_modules(&mut self) -> Result<(), InstrumentError> {
         self.modules_loaded = true;
-        let mut modules =
-            maps::read_maps(self.pid).map_err(ptrace_err("reading the target's memory map"))?;
+        let mut modules = maps::read_maps(self.pid).map_err(ptrace_err("reading the target's memory map"))?;
         for module in modules.iter_mut() {
             let Ok(symbols) = ElfSymbols::load(Path::new(&module.path)) else {
                 continue;
             };
             module.build_id = symbols.build_id.clone();
             let bias = if symbols.position_independent {
-                maps::base_address(module)
-                    .unwrap_or(0)
-                    .wrapping_sub(symbols.first_segment_address)
+                maps::base_address(module).unwrap_or(0).wrapping_sub(symbols.first_segment_address)
             } else {
                 0
             };
@@ -463,11 +405,7 @@ impl Tracer {
 
     /// The decoded instruction at `pc`, decoding and defining its sites the
     /// first time.
-    fn instruction(
-        &mut self,
-        tid: Tid,
-        pc: u64,
-    ) -> Result<Option<&DecodedInstruction>, InstrumentError> {
+    fn instruction(&mut self, tid: Tid, pc: u64) -> Result<Option<&DecodedInstruction>, InstrumentError> {
         if !self.code.contains_key(&pc) {
             let mut bytes = [0u8; MAX_INSTRUCTION_LEN];
             let n = sys::read_memory(self.pid, pc, &mut bytes)
@@ -477,13 +415,8 @@ impl Tracer {
                 return Ok(None);
             };
             for op in insn.operands.iter_mut() {
-                op.site = self.writer.add_site(Site {
-                    pc,
-                    len: insn.len,
-                    kind: op.kind,
-                    size: op.size,
-                    count: op.elements,
-                });
+                op.site =
+                    self.writer.add_site(Site { pc, len: insn.len, kind: op.kind, size: op.size, count: op.elements });
             }
             self.code.insert(pc, insn);
         }
@@ -495,14 +428,9 @@ impl Tracer {
     /// or by our interrupt handler) ends the invocation, not the recording.
     fn trace_invocation(&mut self, tid: Tid, regs: Regs) -> Result<InvocationEnd, InstrumentError> {
         match self.step_invocation(tid, regs) {
-            Err(InstrumentError::Ptrace { cause, .. })
-                if cause.raw_os_error() == Some(libc::ESRCH) =>
-            {
-                let reason = if interrupt::requested() {
-                    TruncationReason::Interrupted
-                } else {
-                    TruncationReason::TargetKilled
-                };
+            Err(InstrumentError::Ptrace { cause, .. }) if cause.raw_os_error() == Some(libc::ESRCH) => {
+                let reason =
+                    if interrupt::requested() { TruncationReason::Interrupted } else { TruncationReason::TargetKilled };
                 let _ = self.writer.push(tid as u32, &Event::Truncated { reason });
                 loop {
                     match sys::wait(tid) {
@@ -521,11 +449,7 @@ impl Tracer {
         }
     }
 
-    fn step_invocation(
-        &mut self,
-        tid: Tid,
-        mut regs: Regs,
-    ) -> Result<InvocationEnd, InstrumentError> {
+    fn step_invocation(&mut self, tid: Tid, mut regs: Regs) -> Result<InvocationEnd, InstrumentError> {
         if !self.modules_loaded {
             self.load_modules()?;
         }
@@ -533,25 +457,13 @@ impl Tracer {
         self.invocations += 1;
         let entry_sp = regs.rsp;
         let thread = tid as u32;
-        self.writer.push(
-            thread,
-            &Event::InvocationStart {
-                index,
-                pc: regs.rip,
-                sp: entry_sp,
-            },
-        )?;
+        self.writer.push(thread, &Event::InvocationStart { index, pc: regs.rip, sp: entry_sp })?;
         let mut rep: Option<RepInProgress> = None;
         let mut signal_to_deliver = 0;
         let mut steps_since_clock = 0u64;
         loop {
             if interrupt::requested() {
-                self.writer.push(
-                    thread,
-                    &Event::Truncated {
-                        reason: TruncationReason::Interrupted,
-                    },
-                )?;
+                self.writer.push(thread, &Event::Truncated { reason: TruncationReason::Interrupted })?;
                 return Ok(InvocationEnd::Interrupted);
             }
             if signal_to_deliver == 0 {
@@ -581,9 +493,7 @@ impl Tracer {
                                 start_addrs: insn
                                     .operands
                                     .iter()
-                                    .map(|op| {
-                                        decode::effective_address(&op.expr, &regs).unwrap_or(0)
-                                    })
+                                    .map(|op| decode::effective_address(&op.expr, &regs).unwrap_or(0))
                                     .collect(),
                                 count: regs.rcx,
                                 direction_down: regs.eflags & (1 << 10) != 0,
@@ -612,10 +522,7 @@ impl Tracer {
             signal_to_deliver = 0;
             let stop = self.wait_for(tid, None)?;
             match stop {
-                Stop::Signal {
-                    signo: libc::SIGTRAP,
-                    event: 0,
-                } => {}
+                Stop::Signal { signo: libc::SIGTRAP, event: 0 } => {}
                 Stop::Exited(_) | Stop::Killed(_) => {
                     self.scratch = scratch;
                     if let Some(exit) = self.on_process_exit(tid, stop) {
@@ -627,20 +534,11 @@ impl Tracer {
                     let addr = match signo {
                         libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL => {
                             // SAFETY: si_addr is valid for these signals.
-                            sys::sig_info(tid)
-                                .map(|i| unsafe { i.si_addr() } as u64)
-                                .unwrap_or(0)
+                            sys::sig_info(tid).map(|i| unsafe { i.si_addr() } as u64).unwrap_or(0)
                         }
                         _ => 0,
                     };
-                    self.writer.push(
-                        thread,
-                        &Event::Signal {
-                            signo,
-                            pc: regs.rip,
-                            addr,
-                        },
-                    )?;
+                    self.writer.push(thread, &Event::Signal { signo, pc: regs.rip, addr })?;
                     signal_to_deliver = signo;
                 }
                 Stop::Signal { .. } => {}
@@ -693,25 +591,14 @@ impl Tracer {
         let event = match flow {
             FlowControl::Call | FlowControl::IndirectCall => {
                 self.last_callsite = pc;
-                Event::Call {
-                    callsite: pc,
-                    target: after.rip,
-                    sp: after.rsp,
-                }
+                Event::Call { callsite: pc, target: after.rip, sp: after.rsp }
             }
             FlowControl::Return => Event::Return { sp: after.rsp },
-            FlowControl::UnconditionalBranch
-            | FlowControl::IndirectBranch
-            | FlowControl::ConditionalBranch
+            FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::ConditionalBranch
                 if self.function_starts.contains(&after.rip)
-                    && (flow != FlowControl::ConditionalBranch
-                        || branch_target == Some(after.rip)) =>
+                    && (flow != FlowControl::ConditionalBranch || branch_target == Some(after.rip)) =>
             {
-                Event::TailCall {
-                    callsite: pc,
-                    target: after.rip,
-                    sp: after.rsp,
-                }
+                Event::TailCall { callsite: pc, target: after.rip, sp: after.rsp }
             }
             _ => return Ok(()),
         };
@@ -739,25 +626,13 @@ impl Tracer {
                 callsite: pc,
             }
         } else {
-            Allocation {
-                kind: AllocKind::Munmap,
-                size: len,
-                align: 0,
-                ptr_in: addr,
-                ptr_out: 0,
-                callsite: pc,
-            }
+            Allocation { kind: AllocKind::Munmap, size: len, align: 0, ptr_in: addr, ptr_out: 0, callsite: pc }
         };
         self.writer.push(thread, &Event::Alloc(alloc))?;
         Ok(())
     }
 
-    fn emit_rep(
-        &mut self,
-        thread: u32,
-        rep: &RepInProgress,
-        rcx_after: u64,
-    ) -> Result<(), InstrumentError> {
+    fn emit_rep(&mut self, thread: u32, rep: &RepInProgress, rcx_after: u64) -> Result<(), InstrumentError> {
         let iterations = rep.count.wrapping_sub(rcx_after);
         if iterations == 0 || iterations > rep.count {
             return Ok(());
@@ -768,20 +643,9 @@ impl Tracer {
         let ops: Vec<(u32, u32)> = insn.operands.iter().map(|o| (o.site, o.size)).collect();
         for ((site, size), &start) in ops.into_iter().zip(&rep.start_addrs) {
             let bytes = iterations.saturating_mul(size.into());
-            let low = if rep.direction_down {
-                start.wrapping_sub(bytes - u64::from(size))
-            } else {
-                start
-            };
+            let low = if rep.direction_down { start.wrapping_sub(bytes - u64::from(size)) } else { start };
             self.accesses += 1;
-            self.writer.push(
-                thread,
-                &Event::AccessSized {
-                    site,
-                    addr: low,
-                    size: bytes,
-                },
-            )?;
+            self.writer.push(thread, &Event::AccessSized { site, addr: low, size: bytes })?;
         }
         Ok(())
     }
@@ -795,8 +659,7 @@ impl Tracer {
         kind: AllocKind,
         regs: &Regs,
     ) -> Result<Result<Regs, InvocationEnd>, InstrumentError> {
-        let return_addr =
-            sys::peek(tid, regs.rsp).map_err(ptrace_err("reading the return address"))?;
+        let return_addr = sys::peek(tid, regs.rsp).map_err(ptrace_err("reading the return address"))?;
         let bp = Breakpoint::insert(tid, return_addr)?;
         sys::resume(tid, 0).map_err(ptrace_err("running the allocator"))?;
         let after = loop {
@@ -808,29 +671,23 @@ impl Tracer {
                         None => InvocationEnd::ThreadGone,
                     }));
                 }
-                Stop::Signal {
-                    signo: libc::SIGTRAP,
-                    event: 0,
-                } => {
+                Stop::Signal { signo: libc::SIGTRAP, event: 0 } => {
                     let mut r = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
                     if r.rip.wrapping_sub(1) == return_addr {
                         bp.remove(tid)?;
                         r.rip = return_addr;
-                        sys::set_regs(tid, &r)
-                            .map_err(ptrace_err("rewinding after the allocator"))?;
+                        sys::set_regs(tid, &r).map_err(ptrace_err("rewinding after the allocator"))?;
                         if r.rsp == regs.rsp.wrapping_add(8) {
                             break r;
                         }
                         // The same return address reached by a deeper frame
                         // (the allocator re-entering its caller): step it over.
-                        sys::single_step(tid, 0)
-                            .map_err(ptrace_err("stepping over a breakpoint"))?;
+                        sys::single_step(tid, 0).map_err(ptrace_err("stepping over a breakpoint"))?;
                         let _ = self.wait_for(tid, None)?;
                         Breakpoint::insert(tid, return_addr)?;
                         sys::resume(tid, 0).map_err(ptrace_err("running the allocator"))?;
                     } else {
-                        sys::resume(tid, libc::SIGTRAP)
-                            .map_err(ptrace_err("running the allocator"))?;
+                        sys::resume(tid, libc::SIGTRAP).map_err(ptrace_err("running the allocator"))?;
                     }
                 }
                 Stop::Signal { signo, event } => {
@@ -840,19 +697,8 @@ impl Tracer {
             }
         };
         let (a0, a1, a2, ret) = (regs.rdi, regs.rsi, regs.rdx, after.rax);
-        let callsite = if self.last_callsite != 0 {
-            self.last_callsite
-        } else {
-            return_addr
-        };
-        let mut alloc = Allocation {
-            kind,
-            size: 0,
-            align: 0,
-            ptr_in: 0,
-            ptr_out: ret,
-            callsite,
-        };
+        let callsite = if self.last_callsite != 0 { self.last_callsite } else { return_addr };
+        let mut alloc = Allocation { kind, size: 0, align: 0, ptr_in: 0, ptr_out: ret, callsite };
         match kind {
             AllocKind::Malloc => alloc.size = a0,
             AllocKind::Calloc => alloc.size = a0.saturating_mul(a1),
@@ -860,11 +706,7 @@ impl Tracer {
             AllocKind::Free => (alloc.ptr_in, alloc.ptr_out) = (a0, 0),
             AllocKind::PosixMemalign => {
                 (alloc.align, alloc.size) = (a1, a2);
-                alloc.ptr_out = if ret as u32 == 0 {
-                    sys::peek(tid, a0).unwrap_or(0)
-                } else {
-                    0
-                };
+                alloc.ptr_out = if ret as u32 == 0 { sys::peek(tid, a0).unwrap_or(0) } else { 0 };
             }
             AllocKind::AlignedAlloc | AllocKind::Memalign => (alloc.align, alloc.size) = (a0, a1),
             AllocKind::Mmap | AllocKind::Munmap => {}
@@ -896,12 +738,7 @@ impl Tracer {
 
     fn flush_steps_for(&mut self, thread: u32) -> Result<(), InstrumentError> {
         if self.unflushed_steps > 0 {
-            self.writer.push(
-                thread,
-                &Event::Stepped {
-                    count: self.unflushed_steps,
-                },
-            )?;
+            self.writer.push(thread, &Event::Stepped { count: self.unflushed_steps })?;
             self.unflushed_steps = 0;
         }
         Ok(())
@@ -938,21 +775,12 @@ fn read_memory_by_words(tid: Tid, addr: u64, buf: &mut [u8]) -> std::io::Result<
         buf[n..n + take].copy_from_slice(&word.to_le_bytes()[..take]);
         n += take;
     }
-    if n == 0 {
-        Err(std::io::Error::from_raw_os_error(libc::EFAULT))
-    } else {
-        Ok(n)
-    }
+    if n == 0 { Err(std::io::Error::from_raw_os_error(libc::EFAULT)) } else { Ok(n) }
 }
 
 /// Addresses of every element of a gather/scatter. The index vector lives in
 /// an XMM/YMM register: read it from the extended state.
-fn push_vsib_elements(
-    tid: Tid,
-    op: &decode::MemoryOperand,
-    regs: &Regs,
-    out: &mut Vec<(u32, u64)>,
-) {
+fn push_vsib_elements(tid: Tid, op: &decode::MemoryOperand, regs: &Regs, out: &mut Vec<(u32, u64)>) {
     let Some(vectors) = crate::vector::read_vector_registers(tid) else {
         return;
     };

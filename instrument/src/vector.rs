@@ -20,26 +20,15 @@ pub struct VectorRegisters {
 /// Reads the XSAVE area of `tid`; `None` if the kernel refuses.
 pub fn read_vector_registers(tid: Tid) -> Option<VectorRegisters> {
     let mut xsave = vec![0u8; 4096];
-    let mut iov = libc::iovec {
-        iov_base: xsave.as_mut_ptr().cast(),
-        iov_len: xsave.len(),
-    };
+    let mut iov = libc::iovec { iov_base: xsave.as_mut_ptr().cast(), iov_len: xsave.len() };
     // SAFETY: the kernel writes at most iov_len bytes into `xsave`.
     let r = unsafe {
-        libc::ptrace(
-            libc::PTRACE_GETREGSET,
-            tid,
-            NT_X86_XSTATE as libc::c_ulong,
-            &mut iov as *mut libc::iovec,
-        )
+        libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_X86_XSTATE as libc::c_ulong, &mut iov as *mut libc::iovec)
     };
     if r == -1 {
         return None;
     }
-    Some(VectorRegisters {
-        len: iov.iov_len,
-        xsave,
-    })
+    Some(VectorRegisters { len: iov.iov_len, xsave })
 }
 
 impl VectorRegisters {
@@ -57,15 +46,8 @@ impl VectorRegisters {
         if offset + size > bytes || n >= 16 {
             return None;
         }
-        let at = if offset < 16 {
-            XMM_OFFSET + 16 * n + offset
-        } else {
-            YMM_HI_OFFSET + 16 * n + offset - 16
-        };
-        let raw = self
-            .xsave
-            .get(at..at + size)
-            .filter(|_| at + size <= self.len)?;
+        let at = if offset < 16 { XMM_OFFSET + 16 * n + offset } else { YMM_HI_OFFSET + 16 * n + offset - 16 };
+        let raw = self.xsave.get(at..at + size).filter(|_| at + size <= self.len)?;
         let mut word = [0u8; 8];
         word[..size].copy_from_slice(raw);
         Some(u64::from_le_bytes(word))

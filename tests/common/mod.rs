@@ -34,9 +34,7 @@ pub fn c_example(name: &str, extra: &[&str]) -> PathBuf {
     if out.exists() {
         return out;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/c")
-        .join(format!("{name}.c"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c").join(format!("{name}.c"));
     let status = Command::new("gcc")
         .args(["-O2", "-g", "-pthread"])
         .args(extra)
@@ -53,11 +51,7 @@ pub fn c_example(name: &str, extra: &[&str]) -> PathBuf {
 pub fn rust_example(name: &str) -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_linetrace"));
     let path = bin.parent().expect("bin dir").join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} not built (cargo test builds examples)",
-        path.display()
-    );
+    assert!(path.exists(), "{} not built (cargo test builds examples)", path.display());
     path
 }
 
@@ -75,36 +69,16 @@ pub fn record(program: &Path, function: &str, args: &[&str], trace: &Path) -> Ou
 
 /// `linetrace report --json` of a trace.
 pub fn report(trace: &Path) -> serde_json::Value {
-    let out = linetrace()
-        .arg("report")
-        .arg("--json")
-        .arg(trace)
-        .output()
-        .expect("report runs");
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = linetrace().arg("report").arg("--json").arg(trace).output().expect("report runs");
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("report prints JSON")
 }
 
 /// `linetrace dump` of a trace, one string per event.
 pub fn dump(trace: &Path) -> Vec<String> {
-    let out = linetrace()
-        .arg("dump")
-        .arg(trace)
-        .output()
-        .expect("dump runs");
-    assert!(
-        out.status.success(),
-        "dump failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
+    let out = linetrace().arg("dump").arg(trace).output().expect("dump runs");
+    assert!(out.status.success(), "dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
 }
 
 /// Counts of one function from cachegrind (self, summed over every file
@@ -122,6 +96,22 @@ pub struct CachegrindCounts {
 /// Runs the program under `valgrind --tool=cachegrind --cache-sim=yes` and
 /// returns the self counts of `function`.
 pub fn cachegrind(program: &Path, args: &[&str], function: &str) -> CachegrindCounts {
+    let mut counts = CachegrindCounts::default();
+    for c in cachegrind_lines(program, args, function).values() {
+        counts.ir += c.ir;
+        counts.dr += c.dr;
+        counts.dw += c.dw;
+    }
+    counts
+}
+
+/// Like [`cachegrind`], per source line: (file name without directories,
+/// line) -> counts.
+pub fn cachegrind_lines(
+    program: &Path,
+    args: &[&str],
+    function: &str,
+) -> std::collections::BTreeMap<(String, u32), CachegrindCounts> {
     let out_file = scratch_dir().join(format!("cachegrind-{}-{function}.out", std::process::id()));
     let status = Command::new("valgrind")
         .args(["--tool=cachegrind", "--cache-sim=yes", "-q"])
@@ -133,38 +123,30 @@ pub fn cachegrind(program: &Path, args: &[&str], function: &str) -> CachegrindCo
         .expect("valgrind is installed (apt-get install valgrind)");
     assert!(status.success(), "cachegrind run failed");
     let text = std::fs::read_to_string(&out_file).expect("cachegrind output");
-    let events: Vec<&str> = text
-        .lines()
-        .find_map(|l| l.strip_prefix("events:"))
-        .expect("events line")
-        .split_whitespace()
-        .collect();
-    let col = |name: &str| {
-        events
-            .iter()
-            .position(|e| *e == name)
-            .expect("event column")
-    };
+    let events: Vec<&str> =
+        text.lines().find_map(|l| l.strip_prefix("events:")).expect("events line").split_whitespace().collect();
+    let col = |name: &str| events.iter().position(|e| *e == name).expect("event column");
     let (ir, dr, dw) = (col("Ir"), col("Dr"), col("Dw"));
-    let mut counts = CachegrindCounts::default();
+    let mut lines = std::collections::BTreeMap::new();
     let mut in_function = false;
+    let mut file = String::new();
     for line in text.lines() {
         if let Some(f) = line.strip_prefix("fn=") {
             in_function = f == function;
-        } else if line.starts_with("fl=") || line.starts_with("fi=") || line.starts_with("fe=") {
-            // File changes keep the function in cachegrind's format.
+        } else if let Some(f) = line.strip_prefix("fl=").or(line.strip_prefix("fi=")).or(line.strip_prefix("fe=")) {
+            // fi/fe switch the file of the following lines (inlined code)
+            // and keep the function.
+            file = f.rsplit('/').next().unwrap_or(f).to_string();
         } else if in_function && line.starts_with(|c: char| c.is_ascii_digit()) {
-            let nums: Vec<u64> = line
-                .split_whitespace()
-                .map(|n| n.parse().unwrap_or(0))
-                .collect();
+            let nums: Vec<u64> = line.split_whitespace().map(|n| n.parse().unwrap_or(0)).collect();
             let get = |i: usize| nums.get(i + 1).copied().unwrap_or(0);
-            counts.ir += get(ir);
-            counts.dr += get(dr);
-            counts.dw += get(dw);
+            let entry: &mut CachegrindCounts = lines.entry((file.clone(), nums[0] as u32)).or_default();
+            entry.ir += get(ir);
+            entry.dr += get(dr);
+            entry.dw += get(dw);
         }
     }
-    counts
+    lines
 }
 
 /// Address of a symbol in an ELF file (link-time), from `nm`.
@@ -175,23 +157,18 @@ pub fn symbol_address(binary: &Path, name: &str) -> u64 {
         .find_map(|l| {
             let mut f = l.split_whitespace();
             let (addr, _kind, sym) = (f.next()?, f.next()?, f.next()?);
-            (sym == name)
-                .then(|| u64::from_str_radix(addr, 16).ok())
-                .flatten()
+            (sym == name).then(|| u64::from_str_radix(addr, 16).ok()).flatten()
         })
         .unwrap_or_else(|| panic!("symbol {name} not in {}", binary.display()))
 }
 
 /// Parses `key=0x...` from a dump line.
 pub fn hex_field(line: &str, key: &str) -> Option<u64> {
-    let v = line
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?;
+    let v = line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))?;
     u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
 }
 
 /// Parses `key=N` (decimal) from a dump line.
 pub fn dec_field(line: &str, key: &str) -> Option<u64> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }

@@ -2,42 +2,27 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, Event, FormatError, MappedRange, Metadata, Module, Record,
-    Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer, TruncationReason,
+    AccessKind, AllocKind, Allocation, Event, FormatError, MappedRange, Metadata, Module, Record, Site, TargetExit,
+    TraceEnd, TraceReader, TraceWriter, Trailer, TruncationReason,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
-    (any::<u64>(), 1u8..16, 0u8..3, 1u32..4096, 1u16..16).prop_map(|(pc, len, k, size, count)| {
-        Site {
-            pc,
-            len,
-            kind: [AccessKind::Read, AccessKind::Write, AccessKind::Modify][k as usize],
-            size,
-            count,
-        }
+    (any::<u64>(), 1u8..16, 0u8..3, 1u32..4096, 1u16..16).prop_map(|(pc, len, k, size, count)| Site {
+        pc,
+        len,
+        kind: [AccessKind::Read, AccessKind::Write, AccessKind::Modify][k as usize],
+        size,
+        count,
     })
 }
 
 /// Any event, with site ids below `sites`.
 fn event_strategy(sites: u32) -> impl Strategy<Value = Event> {
-    let alloc = (
-        0usize..9,
-        any::<u64>(),
-        any::<u64>(),
-        any::<u64>(),
-        any::<u64>(),
-        any::<u64>(),
-    )
-        .prop_map(|(k, size, align, ptr_in, ptr_out, callsite)| {
-            Event::Alloc(Allocation {
-                kind: AllocKind::ALL[k],
-                size,
-                align,
-                ptr_in,
-                ptr_out,
-                callsite,
-            })
-        });
+    let alloc = (0usize..9, any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(
+        |(k, size, align, ptr_in, ptr_out, callsite)| {
+            Event::Alloc(Allocation { kind: AllocKind::ALL[k], size, align, ptr_in, ptr_out, callsite })
+        },
+    );
     prop_oneof![
         8 => (0..sites, any::<u64>()).prop_map(|(site, addr)| Event::Access { site, addr }),
         1 => (0..sites, any::<u64>(), any::<u64>()).prop_map(|(site, addr, size)| Event::AccessSized { site, addr, size }),
@@ -71,12 +56,7 @@ fn module() -> Module {
     Module {
         path: "/tmp/prog".into(),
         build_id: None,
-        ranges: vec![MappedRange {
-            start: 0x1000,
-            end: 0x2000,
-            file_offset: 0,
-            perms: "r-xp".into(),
-        }],
+        ranges: vec![MappedRange { start: 0x1000, end: 0x2000, file_offset: 0, perms: "r-xp".into() }],
     }
 }
 
@@ -145,44 +125,13 @@ proptest! {
 
 fn sample() -> (Vec<Site>, Vec<(u32, Event)>) {
     let sites = vec![
-        Site {
-            pc: 0x11f8,
-            len: 4,
-            kind: AccessKind::Read,
-            size: 16,
-            count: 1,
-        },
-        Site {
-            pc: 0x1205,
-            len: 4,
-            kind: AccessKind::Write,
-            size: 16,
-            count: 1,
-        },
+        Site { pc: 0x11f8, len: 4, kind: AccessKind::Read, size: 16, count: 1 },
+        Site { pc: 0x1205, len: 4, kind: AccessKind::Write, size: 16, count: 1 },
     ];
-    let mut events = vec![(
-        7,
-        Event::InvocationStart {
-            index: 0,
-            pc: 0x11e0,
-            sp: 0x7ff0,
-        },
-    )];
+    let mut events = vec![(7, Event::InvocationStart { index: 0, pc: 0x11e0, sp: 0x7ff0 })];
     for i in 0..2000u64 {
-        events.push((
-            7,
-            Event::Access {
-                site: 0,
-                addr: 0x4040 + 16 * i,
-            },
-        ));
-        events.push((
-            7,
-            Event::Access {
-                site: 1,
-                addr: 0x4040 + 16 * i,
-            },
-        ));
+        events.push((7, Event::Access { site: 0, addr: 0x4040 + 16 * i }));
+        events.push((7, Event::Access { site: 1, addr: 0x4040 + 16 * i }));
     }
     events.push((7, Event::InvocationEnd { index: 0 }));
     (sites, events)
@@ -198,23 +147,13 @@ fn every_cut_reads_a_prefix_and_says_truncated() {
     for cut in 0..bytes.len() {
         match read_all(&bytes[..cut]) {
             Ok((records, end, _)) => {
-                assert!(
-                    end.is_truncated(),
-                    "cut at {cut} must be truncated, got {end:?}"
-                );
+                assert!(end.is_truncated(), "cut at {cut} must be truncated, got {end:?}");
                 assert!(records.len() <= full.len());
-                assert_eq!(
-                    &full[..records.len()],
-                    &records[..],
-                    "cut at {cut} must read a prefix"
-                );
+                assert_eq!(&full[..records.len()], &records[..], "cut at {cut} must read a prefix");
                 saw_partial |= !records.is_empty() && records.len() < full.len();
             }
             Err(FormatError::NoHeader | FormatError::NotATrace | FormatError::NoMetadata) => {
-                assert!(
-                    cut < 200,
-                    "only a cut inside the header or metadata may fail, not at {cut}"
-                );
+                assert!(cut < 200, "only a cut inside the header or metadata may fail, not at {cut}");
             }
             Err(e) => panic!("cut at {cut}: unexpected error {e}"),
         }
@@ -235,20 +174,13 @@ fn flipped_bytes_give_errors_not_panics() {
         }
     }
     // Every flip lands in a checksummed payload, a header, or the magic.
-    assert!(
-        errors > bytes.len() / 7 * 9 / 10,
-        "only {errors} of {} flips detected",
-        bytes.len() / 7
-    );
+    assert!(errors > bytes.len() / 7 * 9 / 10, "only {errors} of {} flips detected", bytes.len() / 7);
 }
 
 #[test]
 fn interrupted_trailer_reads_as_truncated() {
     let (sites, events) = sample();
-    let trailer = Trailer {
-        exit: Some(TargetExit::Signal(9)),
-        truncated: Some(TruncationReason::Interrupted),
-    };
+    let trailer = Trailer { exit: Some(TargetExit::Signal(9)), truncated: Some(TruncationReason::Interrupted) };
     let (records, end, _) = read_all(&write(&sites, &events, &trailer, 4096)).expect("reads");
     assert_eq!(records.len(), events.len());
     assert!(end.is_truncated());
@@ -256,21 +188,12 @@ fn interrupted_trailer_reads_as_truncated() {
 
 #[test]
 fn rejects_non_traces_and_future_versions() {
-    assert!(matches!(
-        TraceReader::new(&b"\x7fELF and then some bytes"[..]),
-        Err(FormatError::NotATrace)
-    ));
-    assert!(matches!(
-        TraceReader::new(&b""[..]),
-        Err(FormatError::NotATrace)
-    ));
+    assert!(matches!(TraceReader::new(&b"\x7fELF and then some bytes"[..]), Err(FormatError::NotATrace)));
+    assert!(matches!(TraceReader::new(&b""[..]), Err(FormatError::NotATrace)));
     let (sites, events) = sample();
     let mut bytes = write(&sites, &events, &Trailer::default(), 4096);
     bytes[8] = 99;
-    assert!(matches!(
-        TraceReader::new(&bytes[..]),
-        Err(FormatError::UnsupportedVersion { found: 99, .. })
-    ));
+    assert!(matches!(TraceReader::new(&bytes[..]), Err(FormatError::UnsupportedVersion { found: 99, .. })));
 }
 
 #[test]
@@ -294,8 +217,7 @@ fn reads_the_version_1_fixture() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1-work.lntrace");
     let (sites, events) = sample();
     if std::env::var_os("LINETRACE_BLESS").is_some() && !path.exists() {
-        std::fs::write(&path, write(&sites, &events, &Trailer::default(), 4096))
-            .expect("write fixture");
+        std::fs::write(&path, write(&sites, &events, &Trailer::default(), 4096)).expect("write fixture");
     }
     let bytes = std::fs::read(&path).expect("fixture present");
     let (records, end, read_sites) = read_all(&bytes).expect("fixture reads");
@@ -326,9 +248,7 @@ fn seeking_to_a_chunk_resumes_there() {
     let (pos, first) = positions[positions.len() / 2];
     let mut again = TraceReader::new(std::io::Cursor::new(&bytes)).expect("reader");
     again.seek_to_chunk(pos, &sites).expect("seek");
-    let rest: Vec<Event> = std::iter::from_fn(|| again.next_record().expect("record"))
-        .map(|r| r.event)
-        .collect();
+    let rest: Vec<Event> = std::iter::from_fn(|| again.next_record().expect("record")).map(|r| r.event).collect();
     let expected: Vec<Event> = events[first..].iter().map(|e| e.1).collect();
     assert_eq!(rest, expected);
 }

@@ -10,9 +10,7 @@ pub enum FormatError {
     #[error("not a linetrace trace file (bad magic)")]
     NotATrace,
     /// The file is a trace of a version this reader does not know.
-    #[error(
-        "trace format version {found} is not supported (this linetrace reads version {supported})"
-    )]
+    #[error("trace format version {found} is not supported (this linetrace reads version {supported})")]
     UnsupportedVersion {
         /// Version in the file.
         found: u16,

@@ -39,32 +39,24 @@ impl DeltaState {
 
     /// Returns the previous address of `site` in this chunk (0 if none) and
     /// stores `addr` as the new one.
-    #[inline]
+    #[inline(always)]
     fn swap(&mut self, site: SiteId, addr: u64) -> u64 {
         let i = site as usize;
         if i >= self.last.len() {
             self.last.resize(i + 1, 0);
             self.stamp.resize(i + 1, 0);
         }
-        let prev = if self.stamp[i] == self.generation {
-            self.last[i]
-        } else {
-            0
-        };
+        let prev = if self.stamp[i] == self.generation { self.last[i] } else { 0 };
         self.stamp[i] = self.generation;
         self.last[i] = addr;
         prev
     }
 
     /// Decoder side: applies `delta` to the previous address of `site`.
-    #[inline]
+    #[inline(always)]
     fn advance(&mut self, site: SiteId, delta: i64) -> u64 {
         let i = site as usize;
-        let prev = if self.stamp.get(i) == Some(&self.generation) {
-            self.last[i]
-        } else {
-            0
-        };
+        let prev = if self.stamp.get(i) == Some(&self.generation) { self.last[i] } else { 0 };
         let addr = prev.wrapping_add(delta as u64);
         self.swap(site, addr);
         addr
@@ -122,21 +114,13 @@ impl ChunkEncoder {
                 put_i64(b, addr.wrapping_sub(prev) as i64);
                 put_u64(b, size);
             }
-            Event::Call {
-                callsite,
-                target,
-                sp,
-            } => {
+            Event::Call { callsite, target, sp } => {
                 b.push(TAG_CALL);
                 put_u64(b, callsite);
                 put_u64(b, target);
                 put_u64(b, sp);
             }
-            Event::TailCall {
-                callsite,
-                target,
-                sp,
-            } => {
+            Event::TailCall { callsite, target, sp } => {
                 b.push(TAG_TAIL_CALL);
                 put_u64(b, callsite);
                 put_u64(b, target);
@@ -217,11 +201,7 @@ impl ChunkDecoder {
         let tag = c.u8().ok_or(CUT)?;
         let site_id = |c: &mut Cursor<'_>| -> Result<SiteId, &'static str> {
             let s = c.u32().ok_or(CUT)?;
-            if (s as usize) < sites {
-                Ok(s)
-            } else {
-                Err("access refers to an undefined site")
-            }
+            if (s as usize) < sites { Ok(s) } else { Err("access refers to an undefined site") }
         };
         let ev = match tag {
             TAG_ACCESS | TAG_ACCESS_SIZED => {
@@ -231,26 +211,16 @@ impl ChunkDecoder {
                 if tag == TAG_ACCESS {
                     Event::Access { site, addr }
                 } else {
-                    Event::AccessSized {
-                        site,
-                        addr,
-                        size: c.u64().ok_or(CUT)?,
-                    }
+                    Event::AccessSized { site, addr, size: c.u64().ok_or(CUT)? }
                 }
             }
-            TAG_CALL => Event::Call {
-                callsite: c.u64().ok_or(CUT)?,
-                target: c.u64().ok_or(CUT)?,
-                sp: c.u64().ok_or(CUT)?,
-            },
-            TAG_TAIL_CALL => Event::TailCall {
-                callsite: c.u64().ok_or(CUT)?,
-                target: c.u64().ok_or(CUT)?,
-                sp: c.u64().ok_or(CUT)?,
-            },
-            TAG_RETURN => Event::Return {
-                sp: c.u64().ok_or(CUT)?,
-            },
+            TAG_CALL => {
+                Event::Call { callsite: c.u64().ok_or(CUT)?, target: c.u64().ok_or(CUT)?, sp: c.u64().ok_or(CUT)? }
+            }
+            TAG_TAIL_CALL => {
+                Event::TailCall { callsite: c.u64().ok_or(CUT)?, target: c.u64().ok_or(CUT)?, sp: c.u64().ok_or(CUT)? }
+            }
+            TAG_RETURN => Event::Return { sp: c.u64().ok_or(CUT)? },
             TAG_ALLOC => Event::Alloc(Allocation {
                 kind: AllocKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown allocation kind")?,
                 size: c.u64().ok_or(CUT)?,
@@ -259,33 +229,22 @@ impl ChunkDecoder {
                 ptr_out: c.u64().ok_or(CUT)?,
                 callsite: c.u64().ok_or(CUT)?,
             }),
-            TAG_INVOCATION_START => Event::InvocationStart {
-                index: c.u32().ok_or(CUT)?,
-                pc: c.u64().ok_or(CUT)?,
-                sp: c.u64().ok_or(CUT)?,
-            },
-            TAG_INVOCATION_END => Event::InvocationEnd {
-                index: c.u32().ok_or(CUT)?,
-            },
-            TAG_THREAD_START => Event::ThreadStart {
-                parent: c.u32().ok_or(CUT)?,
-            },
+            TAG_INVOCATION_START => {
+                Event::InvocationStart { index: c.u32().ok_or(CUT)?, pc: c.u64().ok_or(CUT)?, sp: c.u64().ok_or(CUT)? }
+            }
+            TAG_INVOCATION_END => Event::InvocationEnd { index: c.u32().ok_or(CUT)? },
+            TAG_THREAD_START => Event::ThreadStart { parent: c.u32().ok_or(CUT)? },
             TAG_THREAD_EXIT => Event::ThreadExit {
-                status: i32::try_from(c.i64().ok_or(CUT)?)
-                    .map_err(|_| "exit status out of range")?,
+                status: i32::try_from(c.i64().ok_or(CUT)?).map_err(|_| "exit status out of range")?,
             },
             TAG_SIGNAL => Event::Signal {
-                signo: i32::try_from(c.i64().ok_or(CUT)?)
-                    .map_err(|_| "signal number out of range")?,
+                signo: i32::try_from(c.i64().ok_or(CUT)?).map_err(|_| "signal number out of range")?,
                 pc: c.u64().ok_or(CUT)?,
                 addr: c.u64().ok_or(CUT)?,
             },
-            TAG_STEPPED => Event::Stepped {
-                count: c.u64().ok_or(CUT)?,
-            },
+            TAG_STEPPED => Event::Stepped { count: c.u64().ok_or(CUT)? },
             TAG_TRUNCATED => Event::Truncated {
-                reason: TruncationReason::from_u8(c.u8().ok_or(CUT)?)
-                    .ok_or("unknown truncation reason")?,
+                reason: TruncationReason::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown truncation reason")?,
             },
             _ => return Err("unknown event tag"),
         };
@@ -326,13 +285,7 @@ pub(crate) fn decode_sites(raw: &[u8], out: &mut Vec<Site>) -> Result<(), &'stat
         let kind = AccessKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown access kind")?;
         let size = c.u32().ok_or(CUT)?;
         let count = u16::try_from(c.u64().ok_or(CUT)?).map_err(|_| "element count out of range")?;
-        out.push(Site {
-            pc,
-            len,
-            kind,
-            size,
-            count,
-        });
+        out.push(Site { pc, len, kind, size, count });
     }
     if !c.is_empty() {
         return Err("trailing bytes after the site table");

@@ -7,8 +7,8 @@ use std::path::Path;
 use super::event::decode_sites;
 use super::varint::Cursor;
 use super::{
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkDecoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC,
-    MAX_CHUNK_BYTES, Metadata, Module, Site, ThreadId, Trailer, VERSION,
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkDecoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES,
+    Metadata, Module, Site, ThreadId, Trailer, VERSION,
 };
 
 /// One event and the thread it happened on.
@@ -48,25 +48,13 @@ impl TraceEnd {
     /// One line for people: why the trace is incomplete, or "complete".
     pub fn describe(&self) -> String {
         match self {
-            TraceEnd::Finished(Trailer {
-                truncated: None, ..
-            }) => "complete".to_string(),
-            TraceEnd::Finished(Trailer {
-                truncated: Some(r), ..
-            }) => format!("truncated ({r:?})"),
-            TraceEnd::Cut {
-                valid_bytes,
-                mid_chunk: true,
-            } => {
+            TraceEnd::Finished(Trailer { truncated: None, .. }) => "complete".to_string(),
+            TraceEnd::Finished(Trailer { truncated: Some(r), .. }) => format!("truncated ({r:?})"),
+            TraceEnd::Cut { valid_bytes, mid_chunk: true } => {
                 format!("truncated (file cut inside a chunk; {valid_bytes} bytes readable)")
             }
-            TraceEnd::Cut {
-                valid_bytes,
-                mid_chunk: false,
-            } => {
-                format!(
-                    "truncated (no end marker: the recorder stopped early; {valid_bytes} bytes readable)"
-                )
+            TraceEnd::Cut { valid_bytes, mid_chunk: false } => {
+                format!("truncated (no end marker: the recorder stopped early; {valid_bytes} bytes readable)")
             }
         }
     }
@@ -110,14 +98,8 @@ impl TraceReader<BufReader<File>> {
 }
 
 enum Chunk {
-    Read {
-        kind: ChunkKind,
-        thread: ThreadId,
-        raw: Vec<u8>,
-    },
-    Eof {
-        mid_chunk: bool,
-    },
+    Read { kind: ChunkKind, thread: ThreadId, raw: Vec<u8> },
+    Eof { mid_chunk: bool },
 }
 
 impl<R: Read> TraceReader<R> {
@@ -125,21 +107,14 @@ impl<R: Read> TraceReader<R> {
     pub fn new(mut input: R) -> Result<Self, FormatError> {
         let mut header = [0u8; HEADER_LEN];
         if read_full(&mut input, &mut header)? < HEADER_LEN {
-            return Err(if header[..8] == MAGIC {
-                FormatError::NoHeader
-            } else {
-                FormatError::NotATrace
-            });
+            return Err(if header[..8] == MAGIC { FormatError::NoHeader } else { FormatError::NotATrace });
         }
         if header[..8] != MAGIC {
             return Err(FormatError::NotATrace);
         }
         let version = u16::from_le_bytes([header[8], header[9]]);
         if version != VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                found: version,
-                supported: VERSION,
-            });
+            return Err(FormatError::UnsupportedVersion { found: version, supported: VERSION });
         }
         let mut reader = TraceReader {
             input,
@@ -159,16 +134,9 @@ impl<R: Read> TraceReader<R> {
         };
         let offset = reader.offset;
         match reader.read_chunk()? {
-            Chunk::Read {
-                kind: ChunkKind::Metadata,
-                raw,
-                ..
-            } => {
-                reader.metadata =
-                    serde_json::from_slice(&raw).map_err(|e| FormatError::Corrupt {
-                        offset,
-                        what: format!("metadata: {e}"),
-                    })?;
+            Chunk::Read { kind: ChunkKind::Metadata, raw, .. } => {
+                reader.metadata = serde_json::from_slice(&raw)
+                    .map_err(|e| FormatError::Corrupt { offset, what: format!("metadata: {e}") })?;
             }
             _ => return Err(FormatError::NoMetadata),
         }
@@ -229,10 +197,7 @@ impl<R: Read> TraceReader<R> {
                 match self.decoder.next(&mut c, self.sites.len()) {
                     Ok(event) => {
                         self.pos += c.position();
-                        return Ok(Some(Record {
-                            thread: self.thread,
-                            event,
-                        }));
+                        return Ok(Some(Record { thread: self.thread, event }));
                     }
                     Err(what) => return Err(self.fail(what.to_string())),
                 }
@@ -250,18 +215,12 @@ impl<R: Read> TraceReader<R> {
             };
             match chunk {
                 Chunk::Eof { mid_chunk } => {
-                    self.end = Some(TraceEnd::Cut {
-                        valid_bytes: offset,
-                        mid_chunk,
-                    });
+                    self.end = Some(TraceEnd::Cut { valid_bytes: offset, mid_chunk });
                 }
                 Chunk::Read { kind, thread, raw } => match kind {
                     ChunkKind::Events => {
                         self.event_bytes += self.offset - offset;
-                        self.chunk = ChunkPosition {
-                            offset,
-                            sites: self.sites.len(),
-                        };
+                        self.chunk = ChunkPosition { offset, sites: self.sites.len() };
                         self.chunk_serial += 1;
                         self.raw = raw;
                         self.pos = 0;
@@ -291,10 +250,7 @@ impl<R: Read> TraceReader<R> {
 
     fn fail(&mut self, what: String) -> FormatError {
         // `offset` already points past the events chunk being decoded.
-        self.fail_at(
-            self.offset,
-            format!("{what} (event at byte {} of a chunk)", self.pos),
-        )
+        self.fail_at(self.offset, format!("{what} (event at byte {} of a chunk)", self.pos))
     }
 
     fn fail_at(&mut self, offset: u64, what: String) -> FormatError {
@@ -313,15 +269,11 @@ impl<R: Read> TraceReader<R> {
         if header[..4] != CHUNK_MAGIC {
             return Err(corrupt("bad chunk magic".to_string()));
         }
-        let kind = ChunkKind::from_u8(header[4])
-            .ok_or_else(|| corrupt(format!("unknown chunk kind {}", header[4])))?;
-        let word =
-            |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
+        let kind = ChunkKind::from_u8(header[4]).ok_or_else(|| corrupt(format!("unknown chunk kind {}", header[4])))?;
+        let word = |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
         let (thread, payload_len, raw_len, crc) = (word(8), word(12), word(16), word(20));
         if payload_len > MAX_CHUNK_BYTES || raw_len > MAX_CHUNK_BYTES {
-            return Err(corrupt(format!(
-                "chunk sizes {payload_len}/{raw_len} exceed the format limit"
-            )));
+            return Err(corrupt(format!("chunk sizes {payload_len}/{raw_len} exceed the format limit")));
         }
         let mut payload = vec![0u8; payload_len as usize];
         if read_full(&mut self.input, &mut payload)? < payload.len() {
@@ -333,10 +285,7 @@ impl<R: Read> TraceReader<R> {
         let raw = zstd::bulk::decompress(&payload, raw_len as usize)
             .map_err(|e| corrupt(format!("zstd payload does not decompress: {e}")))?;
         if raw.len() != raw_len as usize {
-            return Err(corrupt(format!(
-                "payload decompressed to {} bytes, header says {raw_len}",
-                raw.len()
-            )));
+            return Err(corrupt(format!("payload decompressed to {} bytes, header says {raw_len}", raw.len())));
         }
         self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
         Ok(Chunk::Read { kind, thread, raw })
@@ -347,11 +296,7 @@ impl<R: Read + Seek> TraceReader<R> {
     /// Continues reading at an events chunk seen before (from
     /// [`TraceReader::chunk_position`] of any reader of the same file).
     /// `sites` must hold at least the sites defined before that chunk.
-    pub fn seek_to_chunk(
-        &mut self,
-        position: ChunkPosition,
-        sites: &[Site],
-    ) -> Result<(), FormatError> {
+    pub fn seek_to_chunk(&mut self, position: ChunkPosition, sites: &[Site]) -> Result<(), FormatError> {
         if sites.len() < position.sites {
             return Err(FormatError::InvalidEvent(format!(
                 "seeking needs {} sites, {} given",

@@ -4,8 +4,8 @@ use std::io::Write;
 
 use super::event::encode_sites;
 use super::{
-    CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES,
-    Metadata, Module, Site, SiteId, ThreadId, Trailer, VERSION,
+    CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
+    Site, SiteId, ThreadId, Trailer, VERSION,
 };
 
 /// Raw bytes buffered per thread before its chunk is compressed and written.
@@ -46,8 +46,7 @@ impl<W: Write> TraceWriter<W> {
             chunk_target: DEFAULT_CHUNK_TARGET,
             bytes_written: HEADER_LEN as u64,
         };
-        let json =
-            serde_json::to_vec(metadata).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+        let json = serde_json::to_vec(metadata).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
         w.write_chunk(ChunkKind::Metadata, 0, &json)?;
         Ok(w)
     }
@@ -92,9 +91,7 @@ impl<W: Write> TraceWriter<W> {
         };
         if let Event::Access { site, .. } | Event::AccessSized { site, .. } = *event {
             if site >= self.sites_defined {
-                return Err(FormatError::InvalidEvent(format!(
-                    "site {site} was never defined"
-                )));
+                return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
             }
         }
         self.threads[i].1.push(event);
@@ -124,8 +121,7 @@ impl<W: Write> TraceWriter<W> {
     /// Flushes everything, writes the end chunk and returns the output.
     pub fn finish(mut self, trailer: &Trailer) -> Result<W, FormatError> {
         self.flush()?;
-        let json =
-            serde_json::to_vec(trailer).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+        let json = serde_json::to_vec(trailer).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
         self.write_chunk(ChunkKind::End, 0, &json)?;
         self.out.flush()?;
         Ok(self.out)
@@ -133,8 +129,8 @@ impl<W: Write> TraceWriter<W> {
 
     fn flush_definitions(&mut self) -> Result<(), FormatError> {
         if !self.pending_modules.is_empty() {
-            let json = serde_json::to_vec(&self.pending_modules)
-                .map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+            let json =
+                serde_json::to_vec(&self.pending_modules).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
             self.pending_modules.clear();
             self.write_chunk(ChunkKind::Modules, 0, &json)?;
         }
@@ -146,24 +142,11 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
-    fn write_chunk(
-        &mut self,
-        kind: ChunkKind,
-        thread: ThreadId,
-        raw: &[u8],
-    ) -> Result<(), FormatError> {
+    fn write_chunk(&mut self, kind: ChunkKind, thread: ThreadId, raw: &[u8]) -> Result<(), FormatError> {
         let payload = zstd::bulk::compress(raw, ZSTD_LEVEL)?;
-        let too_big = |n: usize| {
-            u32::try_from(n)
-                .ok()
-                .filter(|&n| n <= MAX_CHUNK_BYTES)
-                .is_none()
-        };
+        let too_big = |n: usize| u32::try_from(n).ok().filter(|&n| n <= MAX_CHUNK_BYTES).is_none();
         if too_big(raw.len()) || too_big(payload.len()) {
-            return Err(FormatError::InvalidEvent(format!(
-                "chunk of {} bytes exceeds the format limit",
-                raw.len()
-            )));
+            return Err(FormatError::InvalidEvent(format!("chunk of {} bytes exceeds the format limit", raw.len())));
         }
         let mut header = [0u8; super::CHUNK_HEADER_LEN];
         header[..4].copy_from_slice(&CHUNK_MAGIC);

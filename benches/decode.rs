@@ -1,0 +1,130 @@
+//! Decode throughput and memory, on synthetic traces written with the
+//! trace-rt writer.
+//!
+//! `cargo bench --bench decode` writes traces of 10M and 100M reads (a
+//! strided sweep over a 1 MiB array with a call every 64 reads, plus scattered reads
+//! into a 64 KiB table), then decodes each in a child process of this
+//! benchmark (three times; the median is kept), which reports wall time and
+//! its peak RSS (VmHWM). It prints
+//! reads per second (one core) and the RSS ratio 100M : 10M, which should
+//! stay near 1: decoding memory must not grow with the trace length.
+//! `LINETRACE_BENCH_READS=a,b` changes the sizes.
+
+#![allow(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use decoder::model::{DecodeOptions, Model};
+use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+
+fn write_trace(path: &Path, reads: u64) {
+    let file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut w = TraceWriter::new(file, &Metadata::new("synthetic")).expect("header");
+    let sweep = w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 16, count: 1 });
+    let store = w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 16, count: 1 });
+    let table = w.add_site(Site { pc: 0x1010, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let t = 1;
+    w.push(t, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x7fff_0000 }).expect("push");
+    let array = 0x10_0000_0000u64;
+    let lut = 0x20_0000_0000u64;
+    let mut seed = 0x1234_5678u64;
+    for i in 0..reads {
+        if i % 64 == 0 {
+            w.push(t, &Event::Call { callsite: 0x1008, target: 0x2000, sp: 0x7ffe_fff8 }).expect("push");
+        }
+        if i % 8 == 7 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            w.push(t, &Event::Access { site: table, addr: lut + ((seed >> 33) % 8192) * 8 }).expect("push");
+        } else {
+            let addr = array + (i * 16) % (1 << 20);
+            w.push(t, &Event::Access { site: sweep, addr }).expect("push");
+            if i % 4 == 0 {
+                w.push(t, &Event::Access { site: store, addr }).expect("push");
+            }
+        }
+        if i % 64 == 63 {
+            w.push(t, &Event::Return { sp: 0x7fff_0000 }).expect("push");
+        }
+    }
+    w.push(t, &Event::InvocationEnd { index: 0 }).expect("push");
+    w.finish(&Trailer::default()).expect("finish");
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Child mode: decode one file, print "seconds reads rss_kib".
+fn decode_child(path: &Path) {
+    let start = Instant::now();
+    let model = Model::decode(path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let secs = start.elapsed().as_secs_f64();
+    println!("{secs} {} {}", model.total.reads, peak_rss_kib());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--write-only") {
+        write_trace(Path::new(&args[i + 1]), args[i + 2].parse().expect("reads"));
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--decode-child") {
+        decode_child(Path::new(&args[i + 1]));
+        return;
+    }
+    let sizes: Vec<u64> = std::env::var("LINETRACE_BENCH_READS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000_000, 100_000_000]);
+    let dir = std::env::temp_dir();
+    let exe = std::env::current_exe().expect("own path");
+    let mut results = Vec::new();
+    for &reads in &sizes {
+        let path: PathBuf = dir.join(format!("linetrace-bench-{reads}-{}.lntrace", std::process::id()));
+        let start = Instant::now();
+        write_trace(&path, reads);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        eprintln!("wrote {reads} reads ({size} bytes) in {:.1}s", start.elapsed().as_secs_f64());
+        // Median of three runs: the machine is noisy.
+        let mut runs: Vec<(f64, f64, f64)> = (0..3)
+            .map(|_| {
+                let out = std::process::Command::new(&exe).arg("--decode-child").arg(&path).output().expect("child");
+                let text = String::from_utf8_lossy(&out.stdout);
+                let f: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+                assert!(
+                    out.status.success() && f.len() == 3,
+                    "decode child failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                (f[0], f[1], f[2])
+            })
+            .collect();
+        let _ = std::fs::remove_file(&path);
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (secs, decoded, rss) = runs[1];
+        println!(
+            "decode {reads} reads: {:.2}s, {:.1}M reads/s, peak RSS {:.1} MiB, {:.3} bytes/read on disk",
+            secs,
+            decoded / secs / 1e6,
+            rss / 1024.0,
+            size as f64 / reads as f64
+        );
+        results.push((reads, rss));
+    }
+    if let (Some(first), Some(last)) = (results.first(), results.last()) {
+        if results.len() > 1 {
+            println!(
+                "peak RSS ratio {}M : {}M reads = {:.2}",
+                last.0 / 1_000_000,
+                first.0 / 1_000_000,
+                last.1 / first.1
+            );
+        }
+    }
+}

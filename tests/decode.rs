@@ -1,0 +1,170 @@
+//! End-to-end tests of decoding real traces: `report --by`, the bitmap's
+//! structure, and `render`.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use decoder::model::{DecodeOptions, Model};
+
+fn report_by(trace: &std::path::Path, by: &str) -> serde_json::Value {
+    let out = linetrace().args(["report", "--json", "--by", by]).arg(trace).output().expect("report runs");
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// Per-source-line reads of leaf functions equal cachegrind's per-line Dr
+/// (and writes its Dw).
+#[test]
+fn per_line_reads_equal_cachegrind() {
+    let trials = [
+        ("array_sweep", "work"),
+        ("list_vs_array", "sum_array"),
+        ("list_vs_array", "sum_list"),
+        ("matmul", "matmul_naive"),
+        ("crash", "walk"),
+    ];
+    for (example, function) in trials {
+        let bin = c_example(example, &[]);
+        let args: &[&str] = if example == "crash" { &["1"] } else { &[] };
+        let oracle: BTreeMap<(String, u32), (u64, u64)> = cachegrind_lines(&bin, args, function)
+            .into_iter()
+            .filter(|(_, c)| c.dr + c.dw > 0)
+            .map(|(k, c)| (k, (c.dr, c.dw)))
+            .collect();
+        assert!(!oracle.is_empty(), "{function}: cachegrind has no lines");
+        let trace = trace_path(&format!("lines-{function}"));
+        assert!(record(&bin, function, args, &trace).status.success());
+        let r = report_by(&trace, "line");
+        let mut got = BTreeMap::new();
+        for row in r["by_line"].as_array().expect("rows") {
+            let key = row["key"].as_str().expect("key");
+            let (file, line) = key.rsplit_once(':').expect("file:line");
+            let file = file.rsplit('/').next().expect("name").to_string();
+            let line: u32 = line.parse().expect("line number");
+            let counts = (row["self_reads"].as_u64().expect("reads"), row["self_writes"].as_u64().expect("writes"));
+            got.insert((file, line), counts);
+        }
+        assert_eq!(got, oracle, "{example} {function}");
+    }
+}
+
+/// Example (a): the forward sweep inserts one new line every 4 columns at
+/// increasing rows, the backward half-sweep only hits, and the final `ret`
+/// adds the one stack line, in the last row.
+#[test]
+fn array_sweep_bitmap_structure() {
+    let bin = c_example("array_sweep", &[]);
+    let trace = trace_path("bitmap");
+    assert!(record(&bin, "work", &[], &trace).status.success());
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    assert_eq!(model.columns, 376);
+    let mut inserted_at = Vec::new();
+    let mut inserted_row = Vec::new();
+    let mut rows = Vec::new();
+    let mut clock = 0;
+    model
+        .replay(0, model.columns, |column, set| {
+            if set.clock() != clock {
+                assert_eq!(set.clock(), clock + 1, "one insertion per column at most");
+                clock = set.clock();
+                inserted_at.push(column);
+                let row = set.lines().iter().position(|l| l.last_touch == clock).expect("new line");
+                inserted_row.push(row);
+            }
+            rows.push(set.lines().len());
+        })
+        .expect("replay");
+    // 4000 bytes from a 64-aligned array: 63 lines; 16-byte loads: 4 per line.
+    let forward: Vec<u64> = (0..63).map(|i| i * 4).collect();
+    assert_eq!(&inserted_at[..63], &forward[..], "one insertion every 4 columns");
+    assert_eq!(&inserted_row[..63], &(0..63).collect::<Vec<_>>()[..], "at increasing rows");
+    assert_eq!(inserted_at.len(), 64, "backward sweep: hits only; then one more line");
+    assert_eq!(inserted_at[63], 375, "the final ret's stack read is the last column");
+    assert_eq!(inserted_row[63], 63, "the stack line sorts below the array");
+    assert_eq!(rows[249], 63);
+    assert!(rows[250..375].iter().all(|&r| r == 63), "no rows added by the backward sweep");
+    assert_eq!(rows[375], 64);
+}
+
+/// `render` writes a PNG of the requested size with the flamegraph and the
+/// bitmap, identical to the golden image (LINETRACE_BLESS=1 rewrites it).
+#[test]
+fn render_matches_the_golden_image() {
+    let bin = c_example("array_sweep", &[]);
+    let trace = trace_path("render");
+    assert!(record(&bin, "work", &[], &trace).status.success());
+    let png_path = trace.with_extension("png");
+    let out = linetrace()
+        .args(["render", "--width", "400", "--height", "200", "-o"])
+        .arg(&png_path)
+        .arg(&trace)
+        .output()
+        .expect("render runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decoded = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png_path).expect("png")));
+    let mut reader = decoded.read_info().expect("png header");
+    let mut pixels = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut pixels).expect("png data");
+    assert_eq!((info.width, info.height), (400, 200));
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.png");
+    if std::env::var_os("LINETRACE_BLESS").is_some() {
+        std::fs::create_dir_all(golden.parent().expect("dir")).expect("mkdir");
+        std::fs::copy(&png_path, &golden).expect("bless");
+    }
+    let want = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&golden).expect("golden image")));
+    let mut want_reader = want.read_info().expect("golden header");
+    let mut want_pixels = vec![0; want_reader.output_buffer_size().expect("size")];
+    want_reader.next_frame(&mut want_pixels).expect("golden data");
+    assert!(pixels == want_pixels, "render differs from tests/data/array_sweep_work.png");
+}
+
+/// `report --by function` and `--by allocation` name the right things.
+#[test]
+fn report_tables_name_functions_and_allocation_sites() {
+    let bin = c_example("alloc_churn", &[]);
+    let trace = trace_path("tables");
+    assert!(record(&bin, "churn", &[], &trace).status.success());
+    let r = report_by(&trace, "allocation");
+    let rows = r["by_allocation"].as_array().expect("rows");
+    let blocks: u64 = rows.iter().map(|r| r["blocks"].as_u64().expect("blocks")).sum();
+    assert_eq!(blocks, 8, "7 heap blocks and 1 mapping: {rows:?}");
+    let site = |r: &serde_json::Value| r["site"].as_str().expect("site").to_string();
+    // Heap blocks are attributed to the call in churn; the mapping to the
+    // system call instruction in libc's mmap wrapper.
+    let heap: Vec<String> = rows.iter().map(site).filter(|s| !s.ends_with("(mmap)")).collect();
+    assert_eq!(heap.len(), 7);
+    assert!(heap.iter().all(|s| s.starts_with("churn ") && s.contains("alloc_churn.c:")), "{heap:?}");
+    let realloc = rows.iter().find(|r| site(r).ends_with("(realloc)")).expect("realloc row");
+    assert_eq!(realloc["bytes"], 200);
+    let live: u64 = rows.iter().map(|r| r["live_at_end"].as_u64().expect("live")).sum();
+    assert_eq!(live, 0, "everything is freed");
+
+    let r = report_by(&trace, "function");
+    let rows = r["by_function"].as_array().expect("rows");
+    let churn = rows.iter().find(|r| r["key"] == "churn").expect("churn row");
+    assert_eq!(churn["total_reads"], r["total"]["reads"], "the root's total is every read");
+    assert!(churn["self_reads"].as_u64() < churn["total_reads"].as_u64(), "churn calls memset/mmap");
+}
+
+/// A bad column range or size is a clear error.
+#[test]
+fn render_rejects_bad_settings() {
+    let bin = c_example("array_sweep", &[]);
+    let trace = trace_path("render-bad");
+    assert!(record(&bin, "work", &[], &trace).status.success());
+    for args in [
+        vec!["--columns", "10..5"],
+        vec!["--columns", "0..99999"],
+        vec!["--columns", "x"],
+        vec!["--alpha", "0"],
+        vec!["--width", "3"],
+        vec!["--line-size", "48"],
+    ] {
+        let out = linetrace().arg("render").args(&args).arg("-o").arg("/dev/null").arg(&trace).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(stderr.starts_with("linetrace: error:") && !stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
