@@ -168,3 +168,83 @@ fn render_rejects_bad_settings() {
         assert!(stderr.starts_with("linetrace: error:") && !stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }
+
+/// Source lines of `work` from a trace of `program`, symbolized with
+/// separate debug files looked up under `debug_root`.
+fn work_lines(program: &std::path::Path, debug_root: &std::path::Path) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let trace = trace_path(&format!("sym-{}", program.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
+    assert!(record(program, "work", &[], &trace).status.success());
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let mut symbols = decoder::symbols::Symbolizer::with_debug_root(&model.modules, debug_root);
+    let mut lines: Vec<String> = decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Line)
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    lines.sort();
+    let functions: Vec<String> =
+        decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Function)
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+    (lines, functions, symbols.warnings().to_vec())
+}
+
+/// Plain, SHF_COMPRESSED and `.zdebug` DWARF, and a separate debug file
+/// found by build-id, all give the same lines; without debug info the
+/// function still has its name, lines are `??`, and there is one warning.
+#[test]
+fn symbolization_reads_every_form_of_debug_info() {
+    let no_root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-debug-root");
+    let plain = c_example("array_sweep", &[]);
+    let (lines, functions, warnings) = work_lines(&plain, &no_root);
+    assert!(lines.len() >= 3 && lines.iter().all(|l| l.contains("array_sweep.c:")), "{lines:?}");
+    assert_eq!(functions, vec!["work".to_string()]);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    for flag in ["-gz=zlib", "-gz=zlib-gnu"] {
+        let compressed = c_example("array_sweep", &[flag]);
+        assert_eq!(work_lines(&compressed, &no_root).0, lines, "{flag}");
+    }
+
+    // Debug info moved to <root>/.build-id/xx/rest.debug, symbols kept.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("debug-root-{}", std::process::id()));
+    let stripped = dir.join("array_sweep_nodebug");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+        let ok = std::process::Command::new(cmd).args(args).status().map(|s| s.success()).unwrap_or(false);
+        assert!(ok, "{cmd} failed");
+    };
+    let debug_file = dir.join("array_sweep.debug");
+    run("objcopy", &["--only-keep-debug".as_ref(), plain.as_os_str(), debug_file.as_os_str()]);
+    run("objcopy", &["--strip-debug".as_ref(), plain.as_os_str(), stripped.as_os_str()]);
+    let notes = std::process::Command::new("readelf").arg("-n").arg(&stripped).output().expect("readelf");
+    let build_id = String::from_utf8_lossy(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("gcc links a build-id");
+    let by_id = dir.join(".build-id").join(&build_id[..2]);
+    std::fs::create_dir_all(&by_id).expect("mkdir");
+    std::fs::copy(&debug_file, by_id.join(format!("{}.debug", &build_id[2..]))).expect("copy");
+    let (separate_lines, separate_functions, _) = work_lines(&stripped, &dir);
+    assert_eq!(separate_lines, lines, "lines from the separate debug file");
+    assert_eq!(separate_functions, functions);
+
+    // No debug info anywhere: names from the symbol table, ?? lines, one warning.
+    let (bare_lines, bare_functions, bare_warnings) = work_lines(&stripped, &no_root);
+    assert_eq!(bare_lines, vec!["??:??".to_string()]);
+    assert_eq!(bare_functions, vec!["work".to_string()]);
+    assert_eq!(bare_warnings.len(), 1, "{bare_warnings:?}");
+    assert!(bare_warnings[0].contains("no debug info"), "{bare_warnings:?}");
+}
+
+/// Functions in libc (no DWARF installed) are named from its dynamic
+/// symbols; the program's PIE code from its own symbols.
+#[test]
+fn libc_frames_are_named_from_dynamic_symbols() {
+    let bin = c_example("list_vs_array", &[]);
+    let trace = trace_path("libc-names");
+    assert!(record(&bin, "main", &[], &trace).status.success());
+    let r = report_by(&trace, "function");
+    let keys: Vec<&str> = r["by_function"].as_array().expect("rows").iter().filter_map(|r| r["key"].as_str()).collect();
+    assert!(keys.contains(&"main") && keys.contains(&"run") && keys.contains(&"sum_list"), "{keys:?}");
+    assert!(keys.iter().any(|k| k.contains("printf")), "a printf symbol from libc: {keys:?}");
+}

@@ -27,7 +27,7 @@ use serde::Serialize;
 pub type FrameId = u32;
 
 /// Most frames kept before narrow ones are dropped.
-pub const MAX_FRAMES: usize = 1 << 17;
+pub const MAX_FRAMES: usize = 1 << 16;
 
 /// `end_column` of a frame still open.
 const OPEN: u64 = u64::MAX;
@@ -185,6 +185,7 @@ impl CallTreeBuilder {
     }
 
     fn push(&mut self, thread: u32, function: u64, callsite: u64, sp: u64, column: u64) {
+        self.prune_if_needed();
         self.current = None;
         let stack = self.threads.entry(thread).or_default();
         let Some(invocation) = stack.invocation else { return };
@@ -248,7 +249,6 @@ impl CallTreeBuilder {
                 _ => break,
             }
         }
-        self.prune_if_needed();
     }
 
     /// The traced function was entered.
@@ -321,30 +321,34 @@ impl CallTreeBuilder {
     }
 
     /// Drops closed frames narrower than a doubling minimum width until at
-    /// most half of [`MAX_FRAMES`] remain.
+    /// most half of [`MAX_FRAMES`] remain. Compacts in place, so the frame
+    /// vector never grows past [`MAX_FRAMES`].
     fn prune_if_needed(&mut self) {
-        if self.frames.len() <= MAX_FRAMES {
+        if self.frames.len() < MAX_FRAMES {
             return;
         }
         while self.frames.len() > MAX_FRAMES / 2 {
             self.pruned_below = (self.pruned_below * 2).max(2);
             let min = self.pruned_below;
             let mut new_id: Vec<Option<FrameId>> = Vec::with_capacity(self.frames.len());
-            let mut kept = Vec::with_capacity(self.frames.len());
-            for mut f in std::mem::take(&mut self.frames) {
-                let open = f.end_column == OPEN;
+            let mut write = 0usize;
+            for read in 0..self.frames.len() {
+                let f = &self.frames[read];
                 // A child is never wider than its parent, so a dropped
                 // frame's children are dropped too and parents map cleanly.
-                if open || f.end_column - f.first_column >= min {
-                    f.parent = f.parent.and_then(|p| new_id[p as usize]);
-                    new_id.push(Some(kept.len() as FrameId));
-                    kept.push(f);
-                } else {
+                let keep = f.end_column == OPEN || f.end_column - f.first_column >= min;
+                if !keep {
                     new_id.push(None);
                     self.pruned_frames += 1;
+                    continue;
                 }
+                self.frames.swap(write, read);
+                let parent = self.frames[write].parent.and_then(|p| new_id[p as usize]);
+                self.frames[write].parent = parent;
+                new_id.push(Some(write as FrameId));
+                write += 1;
             }
-            self.frames = kept;
+            self.frames.truncate(write);
             for stack in self.threads.values_mut() {
                 for (id, _) in stack.open.iter_mut() {
                     // Open frames are always kept.

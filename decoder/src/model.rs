@@ -37,7 +37,7 @@ use crate::summary::Totals;
 use crate::working_set::{FastWorkingSet, LineState, OrderedWorkingSet, WorkingSetConfig};
 
 /// Most snapshots kept; beyond, every other one is dropped.
-pub const MAX_SNAPSHOTS: usize = 1024;
+pub const MAX_SNAPSHOTS: usize = 256;
 
 /// How to decode.
 #[derive(Clone, Copy, Debug)]

@@ -194,6 +194,12 @@ impl Symbolizer {
                 }
             }
         }
+        if location.function == "??" {
+            // Unnamed code still has a home: say which module it is in.
+            if let Some(m) = &location.module {
+                location.function = format!("?? ({m})");
+            }
+        }
         location
     }
 }
