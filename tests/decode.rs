@@ -246,5 +246,7 @@ fn libc_frames_are_named_from_dynamic_symbols() {
     let r = report_by(&trace, "function");
     let keys: Vec<&str> = r["by_function"].as_array().expect("rows").iter().filter_map(|r| r["key"].as_str()).collect();
     assert!(keys.contains(&"main") && keys.contains(&"run") && keys.contains(&"sum_list"), "{keys:?}");
-    assert!(keys.iter().any(|k| k.contains("printf")), "a printf symbol from libc: {keys:?}");
+    assert!(keys.iter().any(|k| k.contains("printf") && !k.ends_with("@plt")), "printf from libc: {keys:?}");
+    assert!(keys.contains(&"printf@plt"), "the PLT entry is named after its symbol: {keys:?}");
+    assert!(!keys.iter().any(|k| k.starts_with("_init")), "PLT code is not attributed to _init: {keys:?}");
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object::{Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectKind, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 use serde::Serialize;
 use trace_rt::format::Module;
 
@@ -240,10 +240,63 @@ fn function_symbols(file: &object::File<'_>) -> Vec<FunctionSymbol> {
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
         .filter_map(|s| Some(FunctionSymbol { address: s.address(), size: s.size(), name: demangle(s.name().ok()?) }))
         .collect();
-    // Prefer sized symbols among aliases at one address.
-    functions.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
+    // Unsized symbols (assembly labels such as `_init`) would otherwise
+    // swallow whatever follows them, the PLT included: give them their own
+    // section's extent at most.
+    for f in functions.iter_mut().filter(|f| f.size == 0) {
+        if let Some(section) = file.sections().find(|s| (s.address()..s.address() + s.size()).contains(&f.address)) {
+            f.size = section.address() + section.size() - f.address;
+        }
+    }
+    functions.extend(plt_stubs(file));
+    // Among aliases at one address prefer sized symbols, then public names
+    // (`calloc` over `__libc_calloc`), then the shortest (`free`, not `cfree`).
+    let underscores = |n: &str| n.len() - n.trim_start_matches('_').len();
+    functions.sort_by(|a, b| {
+        a.address
+            .cmp(&b.address)
+            .then(b.size.cmp(&a.size))
+            .then(underscores(&a.name).cmp(&underscores(&b.name)))
+            .then(a.name.len().cmp(&b.name.len()))
+            .then(a.name.cmp(&b.name))
+    });
     functions.dedup_by_key(|f| f.address);
     functions
+}
+
+/// Names PLT entries `symbol@plt`: each entry jumps through a GOT slot
+/// (`jmp *slot(%rip)`, possibly after `endbr64` and with a `bnd` prefix),
+/// and the dynamic relocation of that slot names the symbol.
+fn plt_stubs(file: &object::File<'_>) -> Vec<FunctionSymbol> {
+    let Some(relocations) = file.dynamic_relocations() else { return Vec::new() };
+    let Some(dynsym) = file.dynamic_symbol_table() else { return Vec::new() };
+    let mut slot_names: HashMap<u64, String> = HashMap::new();
+    for (slot, reloc) in relocations {
+        if let object::RelocationTarget::Symbol(index) = reloc.target() {
+            if let Some(name) = dynsym.symbol_by_index(index).ok().and_then(|s| s.name().ok().map(demangle)) {
+                slot_names.insert(slot, name);
+            }
+        }
+    }
+    const ENTRY: u64 = 16;
+    let mut stubs = Vec::new();
+    for section in file.sections() {
+        if !matches!(section.name(), Ok(".plt" | ".plt.sec" | ".plt.got")) {
+            continue;
+        }
+        let Ok(bytes) = section.data() else { continue };
+        for (i, entry) in bytes.chunks(ENTRY as usize).enumerate() {
+            let address = section.address() + i as u64 * ENTRY;
+            let Some(p) = entry.windows(2).position(|w| w == [0xff, 0x25]) else { continue };
+            let Some(rel) = entry.get(p + 2..p + 6) else { continue };
+            let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
+            let slot = (address + p as u64 + 6).wrapping_add_signed(i64::from(rel));
+            if let Some(name) = slot_names.get(&slot) {
+                stubs.push(FunctionSymbol { address, size: ENTRY, name: format!("{name}@plt") });
+            }
+        }
+    }
+    stubs
 }
 
 fn build_id_path(root: &Path, id: &[u8]) -> Option<PathBuf> {
