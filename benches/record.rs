@@ -48,6 +48,8 @@ fn raw_stepper(program: &Path, args: &[&str], function: &str) -> (u64, f64) {
     cmd.args(args).stdout(std::process::Stdio::null()).env("LD_BIND_NOW", "1");
     // SAFETY: PTRACE_TRACEME only.
     unsafe { cmd.pre_exec(sys::traceme) };
+    // Reaped below with waitpid, which the tracer needs to own.
+    #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().expect("spawn");
     let pid = child.id() as sys::Tid;
     sys::wait(pid).expect("exec stop");

@@ -221,36 +221,14 @@ fn crash_inside_function_keeps_the_trace() {
     assert_eq!(report(&trace)["exit"]["Signal"], 11);
 }
 
-/// `kill -9` of linetrace mid-run: the file reads as truncated and still
-/// counts what was flushed.
-#[test]
-fn kill_9_leaves_a_readable_truncated_trace() {
-    let bin = c_example("matmul", &[]);
-    let trace = trace_path("kill9");
-    let mut child = linetrace()
-        .args(["record", "--quiet", "-f", "main", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&bin)
-        .arg("1000")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(2000));
-    child.kill().expect("kill -9");
-    let _ = child.wait();
-    let r = report(&trace);
-    assert_eq!(r["truncated"], true);
-    assert!(r["status"].as_str().expect("status").contains("truncated"));
-    assert!(r["total"]["reads"].as_u64() > Some(1000), "flushed reads are counted: {}", r["total"]);
-}
-
-/// SIGTERM to linetrace: the target is killed and the trace is finished and
-/// marked truncated.
-#[test]
-fn sigterm_kills_the_target_and_marks_the_trace() {
-    let bin = c_example("matmul", &[]);
-    let trace = trace_path("sigterm");
+/// Starts `linetrace record` of a run long enough to be interrupted:
+/// main of matmul with the naive multiply repeated 1000 times.
+fn start_long_recording(name: &str) -> (std::process::Child, std::path::PathBuf, std::path::PathBuf) {
+    // A copy per test, so that tests running at once can tell their
+    // targets apart.
+    let bin = trace_path(name).with_extension("bin");
+    std::fs::copy(c_example("matmul", &[]), &bin).expect("copy the example");
+    let trace = trace_path(name);
     let child = linetrace()
         .args(["record", "--quiet", "-f", "main", "-o"])
         .arg(&trace)
@@ -260,11 +238,42 @@ fn sigterm_kills_the_target_and_marks_the_trace() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
+    (child, trace, bin)
+}
+
+/// Whether some process runs `binary` (an orphaned target would).
+fn running(binary: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|exe| exe == binary))
+}
+
+/// `kill -9` of linetrace mid-run: the file reads as truncated and still
+/// counts what was flushed, and the target does not outlive the recorder.
+#[test]
+fn kill_9_leaves_a_readable_truncated_trace() {
+    let (mut child, trace, bin) = start_long_recording("kill9");
+    std::thread::sleep(Duration::from_millis(2000));
+    child.kill().expect("kill -9");
+    let _ = child.wait();
+    let r = report(&trace);
+    assert_eq!(r["truncated"], true);
+    assert!(r["status"].as_str().expect("status").contains("truncated"));
+    assert!(r["total"]["reads"].as_u64() > Some(1000), "flushed reads are counted: {}", r["total"]);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!running(&bin), "PTRACE_O_EXITKILL ends the target with the recorder");
+}
+
+/// SIGTERM to linetrace: the target is killed and the trace is finished and
+/// marked truncated.
+#[test]
+fn sigterm_kills_the_target_and_marks_the_trace() {
+    let (child, trace, bin) = start_long_recording("sigterm");
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) of our own child.
     unsafe { libc_kill(child.id() as i32, 15) };
     let out = child.wait_with_output().expect("wait");
     assert!(!out.status.success());
+    assert!(!running(&bin), "the target was killed");
     let r = report(&trace);
     assert_eq!(r["truncated"], true);
     assert!(r["status"].as_str().expect("status").contains("Interrupted"), "{}", r["status"]);

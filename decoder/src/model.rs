@@ -36,6 +36,9 @@ use crate::reuse::{ReuseDistance, ReuseHistogram};
 use crate::summary::Totals;
 use crate::working_set::{FastWorkingSet, LineState, OrderedWorkingSet, WorkingSetConfig};
 
+/// A trace reader over a buffered file.
+type FileReader = TraceReader<BufReader<File>>;
+
 /// Most snapshots kept; beyond, every other one is dropped.
 pub const MAX_SNAPSHOTS: usize = 256;
 
@@ -244,7 +247,7 @@ impl Model {
     }
 
     /// A reader positioned at the last snapshot at or before column `from`.
-    fn reader_at(&self, from: u64) -> Result<Option<(TraceReader<BufReader<File>>, &Snapshot)>, DecodeError> {
+    fn reader_at(&self, from: u64) -> Result<Option<(FileReader, &Snapshot)>, DecodeError> {
         let snaps = &self.working_set.snapshots;
         let i = snaps.partition_point(|s| s.column <= from).saturating_sub(1);
         let Some(snap) = snaps.get(i) else { return Ok(None) };

@@ -91,8 +91,8 @@ impl Coverage {
         let w = if alpha == 1.0 { f } else { f.powf(alpha) };
         self.sum_f += f;
         self.sum_weight += w;
-        for k in 0..3 {
-            self.sum_colour[k] += w * colour[k];
+        for (sum, c) in self.sum_colour.iter_mut().zip(colour) {
+            *sum += w * c;
         }
     }
 
@@ -274,7 +274,7 @@ pub fn rasterize_flamegraph(
 ) -> Image {
     let mut image = Image::new(width, height, palette.background);
     let depth = frames.iter().map(|f| f.depth + 1).max().unwrap_or(1);
-    let bar = (f64::from(height) / f64::from(depth)).min(16.0).max(1.0);
+    let bar = (f64::from(height) / f64::from(depth)).clamp(1.0, 16.0);
     let (a, b) = columns;
     let cw = (b - a) / f64::from(width.max(1));
     let mut target = Canvas(&mut image);

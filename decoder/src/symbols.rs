@@ -326,10 +326,8 @@ pub fn demangle(raw: &str) -> String {
         return format!("{d:#}");
     }
     if raw.starts_with("_Z") {
-        if let Ok(s) = cpp_demangle::Symbol::new(raw).map(|s| s.demangle(&Default::default())) {
-            if let Ok(s) = s {
-                return s;
-            }
+        if let Ok(Ok(s)) = cpp_demangle::Symbol::new(raw).map(|s| s.demangle(&Default::default())) {
+            return s;
         }
     }
     raw.to_string()

@@ -382,7 +382,7 @@ mod tests {
         set.read(5 * 64 + 8, 8, |d| gone.push(d.state.line));
         assert_eq!(rows(&set), vec![(2, 3), (5, 3)], "a hit refreshes and ages nobody");
         set.read(9 * 64, 4, |d| gone.push(d.state.line));
-        set.read(1 * 64, 4, |d| gone.push(d.state.line));
+        set.read(64, 4, |d| gone.push(d.state.line));
         // Two misses since line 2 and 5 were touched: ages 1; a third leaves them.
         assert_eq!(rows(&set), vec![(1, 3), (2, 1), (5, 1), (9, 2)]);
         set.read(7 * 64, 4, |d| gone.push(d.state.line));
