@@ -9,7 +9,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// linetrace shows how a program touches memory, at cache-line granularity.
 #[derive(Debug, Parser)]
-#[command(name = "linetrace", version, about, long_about = None)]
+#[command(
+    name = "linetrace",
+    version,
+    about,
+    long_about = None,
+    after_help = "Example:\n  linetrace record -f work -o work.lntrace -- ./program arg\n  linetrace render work.lntrace -o work.png\n  linetrace report work.lntrace --by line"
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -74,6 +74,9 @@ fn record(args: RecordArgs) -> Result<ExitCode> {
     if tty && show_progress {
         eprint!("\r\x1b[K");
     }
+    if summary.invocations == 0 {
+        eprintln!("linetrace: warning: no invocation of {} was traced (never called?); the trace has no accesses", summary.function);
+    }
     if show_progress {
         let state = match summary.truncated {
             Some(r) => format!(" (truncated: {r:?})"),

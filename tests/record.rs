@@ -166,6 +166,8 @@ fn traced_output_and_exit_code_equal_native() {
         (c_example("matmul", &[]), "matmul_blocked", vec![]),
         (c_example("alloc_churn", &[]), "churn", vec!["7"]),
         (c_example("threads", &[]), "worker", vec![]),
+        (c_example("string_ops", &[]), "copy_forward", vec![]),
+        (c_example("crash", &[]), "walk", vec!["1"]),
         (rust_example("array_sweep"), "work", vec![]),
         (rust_example("list_vs_array"), "sum_list", vec![]),
     ];
@@ -379,4 +381,27 @@ fn gather_reads_every_element() {
     let table_reads: Vec<(String, i64, u64)> = got.into_iter().filter(|a| (0..256).contains(&a.1)).collect();
     let expected: Vec<(String, i64, u64)> = (0..8).map(|i| ("Read".to_string(), i * 3 * 4, 4)).collect();
     assert_eq!(table_reads, expected);
+}
+
+/// Every invocation is traced unless --max-invocations limits it; a
+/// function that is never called gives an empty trace and a warning.
+#[test]
+fn invocations_are_counted_and_limited() {
+    let bin = c_example("threads", &[]);
+    let trace = trace_path("limit");
+    let out = linetrace()
+        .args(["record", "--quiet", "--max-invocations", "1", "-f", "worker_sum", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    assert_eq!(report(&trace)["total"]["invocations"], 1);
+
+    let sweep = c_example("array_sweep", &[]);
+    let out = linetrace().args(["record", "-f", "main", "--max-invocations", "0", "-o"]).arg(&trace).arg("--").arg(&sweep).output().expect("runs");
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no invocation of main was traced"));
+    assert_eq!(report(&trace)["total"]["reads"], 0);
 }
