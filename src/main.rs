@@ -75,7 +75,10 @@ fn record(args: RecordArgs) -> Result<ExitCode> {
         eprint!("\r\x1b[K");
     }
     if summary.invocations == 0 {
-        eprintln!("linetrace: warning: no invocation of {} was traced (never called?); the trace has no accesses", summary.function);
+        eprintln!(
+            "linetrace: warning: no invocation of {} was traced (never called?); the trace has no accesses",
+            summary.function
+        );
     }
     if show_progress {
         let state = match summary.truncated {

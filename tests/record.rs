@@ -41,6 +41,8 @@ fn leaf_functions_equal_cachegrind() {
         ("string_ops", "copy_forward"),
         ("string_ops", "fill_backward"),
         ("crash", "walk"),
+        // Recursive: its only callee is itself, so self is everything.
+        ("recursion", "fib"),
     ];
     for (example, function) in trials {
         let bin = c_example(example, &[]);
@@ -400,8 +402,52 @@ fn invocations_are_counted_and_limited() {
     assert_eq!(report(&trace)["total"]["invocations"], 1);
 
     let sweep = c_example("array_sweep", &[]);
-    let out = linetrace().args(["record", "-f", "main", "--max-invocations", "0", "-o"]).arg(&trace).arg("--").arg(&sweep).output().expect("runs");
+    let out = linetrace()
+        .args(["record", "-f", "main", "--max-invocations", "0", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&sweep)
+        .output()
+        .expect("runs");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no invocation of main was traced"));
     assert_eq!(report(&trace)["total"]["reads"], 0);
+}
+
+/// Recursion is one invocation with nested frames; a tail call (`jmp` to a
+/// function's entry) is recorded as such; stdin reaches the program.
+#[test]
+fn recursion_tail_calls_and_stdin() {
+    use std::io::Write as _;
+    let bin = c_example("recursion", &[]);
+    let trace = trace_path("fib");
+    let mut child = linetrace()
+        .args(["record", "--quiet", "-f", "fib", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    child.stdin.take().expect("stdin").write_all(b"12\n").expect("write stdin");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "fib(12)=144 dispatch=26\n");
+    assert_eq!(report(&trace)["total"]["invocations"], 1, "recursive calls stay inside one invocation");
+    let model = decoder::model::Model::decode(&trace, &Default::default(), &mut |_| {}).expect("decode");
+    let fib_entry = model.call_tree.frames[0].function;
+    let nested = model.call_tree.frames.iter().filter(|f| f.function == fib_entry).map(|f| f.depth).max();
+    assert!(nested >= Some(3), "fib frames nest: {nested:?}");
+
+    let trace = trace_path("dispatch");
+    assert!(record(&bin, "dispatch", &[], &trace).status.success());
+    let events = dump(&trace);
+    let start = events.iter().find(|l| l.contains("invocation-start")).expect("start");
+    let bias = hex_field(start, "pc").expect("pc") - symbol_address(&bin, "dispatch");
+    let leaf = bias + symbol_address(&bin, "leaf");
+    let tail = events.iter().find(|l| l.contains(" tailcall ")).expect("a tail call event");
+    assert_eq!(hex_field(tail, "target"), Some(leaf));
+    let model = decoder::model::Model::decode(&trace, &Default::default(), &mut |_| {}).expect("decode");
+    let depths: Vec<(u64, u32)> = model.call_tree.frames.iter().map(|f| (f.function - bias, f.depth)).collect();
+    assert_eq!(depths, vec![(symbol_address(&bin, "dispatch"), 0), (symbol_address(&bin, "leaf"), 1)]);
 }

@@ -118,6 +118,7 @@ pub fn cachegrind_lines(
         .arg(format!("--cachegrind-out-file={}", out_file.display()))
         .arg(program)
         .args(args)
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .status()
         .expect("valgrind is installed (apt-get install valgrind)");
