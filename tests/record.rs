@@ -206,6 +206,13 @@ fn threads_trace_one_thread_through_its_callee() {
         r["total"]["bytes_read"].as_u64().expect("bytes") / r["total"]["invocations"].as_u64().expect("n");
     assert!(per_invocation >= 256, "each traced invocation reads its 256-byte slice: {per_invocation}");
     assert!(dump(&trace).iter().any(|l| l.contains("ThreadStart")), "thread creation recorded");
+
+    // Tracing main, which creates the threads while it is being stepped.
+    let trace = trace_path("threads-main");
+    let out = record(&bin, "main", &[], &trace);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "total=32640\n");
+    let starts = dump(&trace).iter().filter(|l| l.contains("ThreadStart")).count();
+    assert_eq!(starts, 4, "each pthread_create seen from the stepped thread");
 }
 
 /// A SIGSEGV inside the function: the reads before it are kept, the signal

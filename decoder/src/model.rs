@@ -529,6 +529,9 @@ impl Builder {
     /// loops hit the same block again and again).
     #[inline]
     fn block_of(&mut self, addr: u64) -> Option<usize> {
+        if self.live.is_empty() {
+            return None;
+        }
         if let Some(b) = self.last_block {
             let r = &self.allocations[b];
             if r.free_column.is_none() && addr >= r.address && addr < r.address + r.size.max(1) {

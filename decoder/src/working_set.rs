@@ -353,11 +353,10 @@ impl OrderedWorkingSet {
     }
 }
 
-/// Bits `lo..hi` set.
+/// Bits `lo..hi` set (`lo < hi <= 128`).
 #[inline]
 fn byte_mask(lo: u32, hi: u32) -> u128 {
-    let upto = |n: u32| if n >= 128 { u128::MAX } else { (1u128 << n) - 1 };
-    upto(hi) & !upto(lo)
+    (u128::MAX >> (128 - (hi - lo))) << lo
 }
 
 #[cfg(test)]
@@ -402,6 +401,14 @@ mod tests {
         set.read(60, 8, |_| {});
         assert_eq!(set.lines()[0].bytes_read, 8, "repeated bytes count in bytes_read");
         assert_eq!(set.lines()[0].distinct_bytes(), 4, "but not in the mask");
+    }
+
+    #[test]
+    fn byte_masks() {
+        assert_eq!(byte_mask(0, 1), 1);
+        assert_eq!(byte_mask(4, 8), 0xf0);
+        assert_eq!(byte_mask(0, 128), u128::MAX);
+        assert_eq!(byte_mask(127, 128), 1 << 127);
     }
 
     #[test]

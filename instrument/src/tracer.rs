@@ -307,15 +307,7 @@ impl Tracer {
             let _ = sys::resume(tid, signo);
         };
         if event == libc::PTRACE_EVENT_CLONE {
-            if let Ok(child) = sys::event_msg(tid) {
-                let child = child as Tid;
-                let _ = self.writer.push(child as u32, &Event::ThreadStart { parent: tid as u32 });
-                if !self.known_threads.insert(child) {
-                    // Its initial stop was already seen and resumed.
-                } else {
-                    self.awaiting_initial_stop.insert(child);
-                }
-            }
+            self.note_clone(tid);
             resume(0);
             return Ok(());
         }
@@ -354,6 +346,18 @@ impl Tracer {
         }
         resume(signo);
         Ok(())
+    }
+
+    /// Records the thread that `parent` just created. Its first stop (a
+    /// SIGSTOP) may come before or after this event.
+    fn note_clone(&mut self, parent: Tid) {
+        if let Ok(child) = sys::event_msg(parent) {
+            let child = child as Tid;
+            let _ = self.writer.push(child as u32, &Event::ThreadStart { parent: parent as u32 });
+            if self.known_threads.insert(child) {
+                self.awaiting_initial_stop.insert(child);
+            }
+        }
     }
 
     /// Waits until the stepped thread `tid` stops, handling other threads'
@@ -541,6 +545,9 @@ impl Tracer {
                     self.writer.push(thread, &Event::Signal { signo, pc: regs.rip, addr })?;
                     signal_to_deliver = signo;
                 }
+                // The traced thread itself created a thread (its clone
+                // system call stops here before returning).
+                Stop::Signal { event: libc::PTRACE_EVENT_CLONE, .. } => self.note_clone(tid),
                 Stop::Signal { .. } => {}
             }
             let after = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
