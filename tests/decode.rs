@@ -160,6 +160,7 @@ fn render_rejects_bad_settings() {
         vec!["--columns", "x"],
         vec!["--alpha", "0"],
         vec!["--width", "3"],
+        vec!["--width", "100000", "--height", "100000"],
         vec!["--line-size", "48"],
     ] {
         let out = linetrace().arg("render").args(&args).arg("-o").arg("/dev/null").arg(&trace).output().expect("runs");
@@ -227,6 +228,19 @@ fn symbolization_reads_every_form_of_debug_info() {
     let (separate_lines, separate_functions, _) = work_lines(&stripped, &dir);
     assert_eq!(separate_lines, lines, "lines from the separate debug file");
     assert_eq!(separate_functions, functions);
+
+    // A program rebuilt since the recording is not trusted for names.
+    let trace = trace_path("rebuilt");
+    let rebuilt = dir.join("array_sweep_rebuilt");
+    std::fs::copy(&plain, &rebuilt).expect("copy");
+    assert!(record(&rebuilt, "work", &[], &trace).status.success());
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let other = c_example("array_sweep", &["-O1"]);
+    std::fs::copy(&other, &rebuilt).expect("rebuild");
+    let mut symbols = decoder::symbols::Symbolizer::with_debug_root(&model.modules, &no_root);
+    let rows = decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Function);
+    assert!(rows.iter().all(|r| r.key != "work"), "stale names must not show: {rows:?}");
+    assert!(symbols.warnings().iter().any(|w| w.contains("changed since the recording")), "{:?}", symbols.warnings());
 
     // No debug info anywhere: names from the symbol table, ?? lines, one warning.
     let (bare_lines, bare_functions, bare_warnings) = work_lines(&stripped, &no_root);

@@ -346,6 +346,9 @@ impl DrawTarget for Canvas<'_> {
     }
 }
 
+/// Largest image `render` draws (about 400 MB of accumulators).
+pub const MAX_PIXELS: u64 = 1 << 24;
+
 /// What `render` draws.
 #[derive(Clone, Copy, Debug)]
 pub struct RenderOptions {
@@ -371,6 +374,12 @@ pub fn render(model: &Model, symbols: &mut Symbolizer, options: &RenderOptions) 
     }
     if options.width < 16 || options.height < 32 {
         return Err(DecodeError::InvalidSetting("image must be at least 16x32 pixels".to_string()));
+    }
+    if u64::from(options.width) * u64::from(options.height) > MAX_PIXELS {
+        return Err(DecodeError::InvalidSetting(format!(
+            "{}x{} is larger than the {MAX_PIXELS}-pixel limit; draw a column range instead",
+            options.width, options.height
+        )));
     }
     if !(options.alpha > 0.0 && options.alpha.is_finite()) {
         return Err(DecodeError::InvalidSetting(format!("alpha {} must be a positive number", options.alpha)));

@@ -79,6 +79,7 @@ struct LoadedModule {
 
 struct ModuleEntry {
     path: String,
+    build_id: Option<String>,
     ranges: Vec<(u64, u64)>,
     base: u64,
     loaded: Option<Option<LoadedModule>>,
@@ -105,6 +106,7 @@ impl Symbolizer {
             .iter()
             .map(|m| ModuleEntry {
                 path: m.path.clone(),
+                build_id: m.build_id.clone(),
                 ranges: m.ranges.iter().map(|r| (r.start, r.end)).collect(),
                 base: m.ranges.iter().find(|r| r.file_offset == 0).map(|r| r.start).unwrap_or(0),
                 loaded: None,
@@ -134,21 +136,22 @@ impl Symbolizer {
         };
         if self.modules[index].loaded.is_none() {
             let entry = &self.modules[index];
-            let loaded = match load_module(Path::new(&entry.path), entry.base, &self.debug_root) {
-                Ok(m) => {
-                    if m.dwarf.is_none() {
-                        self.warnings.push(format!(
-                            "{}: no debug info; functions from the symbol table, source lines unknown",
-                            entry.path
-                        ));
+            let loaded =
+                match load_module(Path::new(&entry.path), entry.build_id.as_deref(), entry.base, &self.debug_root) {
+                    Ok(m) => {
+                        if m.dwarf.is_none() {
+                            self.warnings.push(format!(
+                                "{}: no debug info; functions from the symbol table, source lines unknown",
+                                entry.path
+                            ));
+                        }
+                        Some(m)
                     }
-                    Some(m)
-                }
-                Err(e) => {
-                    self.warnings.push(format!("{}: cannot read ({e}); its code shows as ??", entry.path));
-                    None
-                }
-            };
+                    Err(e) => {
+                        self.warnings.push(format!("{}: cannot read ({e}); its code shows as ??", entry.path));
+                        None
+                    }
+                };
             self.modules[index].loaded = Some(loaded);
         }
         let entry = &self.modules[index];
@@ -211,9 +214,16 @@ fn containing_function(functions: &[FunctionSymbol], address: u64) -> Option<&Fu
     (f.size == 0 || address < f.address + f.size).then_some(f)
 }
 
-fn load_module(path: &Path, base: u64, debug_root: &Path) -> Result<LoadedModule, String> {
+fn load_module(path: &Path, build_id: Option<&str>, base: u64, debug_root: &Path) -> Result<LoadedModule, String> {
     let data = std::fs::read(path).map_err(|e| e.to_string())?;
     let file = object::File::parse(&*data).map_err(|e| e.to_string())?;
+    // A file rebuilt since the recording would name the wrong code.
+    let found = file.build_id().ok().flatten().map(hex);
+    if let (Some(want), Some(found)) = (build_id, found.as_deref()) {
+        if want != found {
+            return Err(format!("changed since the recording (build-id {found}, recorded {want})"));
+        }
+    }
     let first_segment = file.segments().filter(|s| s.size() > 0).map(|s| s.address() & !0xfff).min().unwrap_or(0);
     let bias = if file.kind() == ObjectKind::Dynamic { base.wrapping_sub(first_segment) } else { 0 };
     let mut functions = function_symbols(&file);
@@ -299,8 +309,12 @@ fn plt_stubs(file: &object::File<'_>) -> Vec<FunctionSymbol> {
     stubs
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn build_id_path(root: &Path, id: &[u8]) -> Option<PathBuf> {
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex(id);
     if hex.len() < 3 {
         return None;
     }

@@ -120,6 +120,7 @@ pub fn cachegrind_lines(
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .status()
         .expect("valgrind is installed (apt-get install valgrind)");
     assert!(status.success(), "cachegrind run failed");
