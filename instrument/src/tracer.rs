@@ -26,6 +26,9 @@ const SYS_MUNMAP: u64 = 11;
 /// How often buffered events are written out, so that a `kill -9` of the
 /// recorder loses at most this much.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// After an invocation, events are flushed unless a flush happened this
+/// recently.
+const INVOCATION_FLUSH_GAP: Duration = Duration::from_millis(50);
 /// Steps between clock checks (the clock is cheap, but not free).
 const CLOCK_CHECK_STEPS: u64 = 4096;
 
@@ -76,6 +79,7 @@ struct Tracer {
     writer: TraceWriter<BufWriter<File>>,
     entry: u64,
     entry_bp: Option<Breakpoint>,
+    rearm_pending: bool,
     max_invocations: Option<u32>,
     invocations: u32,
     allocator_entries: HashMap<u64, AllocKind>,
@@ -136,6 +140,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         writer,
         entry,
         entry_bp: None,
+        rearm_pending: false,
         max_invocations: options.max_invocations,
         invocations: 0,
         allocator_entries: HashMap::new(),
@@ -259,23 +264,43 @@ impl Tracer {
                     self.entry_bp = None;
                     regs.rip = bp.addr;
                     sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding to the entry"))?;
-                    match self.trace_invocation(tid, regs)? {
-                        InvocationEnd::Returned | InvocationEnd::ThreadGone => {}
+                    let end = self.trace_invocation(tid, regs)?;
+                    // Many short invocations must not each cost a chunk, but
+                    // a recorder killed between invocations should lose
+                    // little: flush unless that happened moments ago.
+                    if self.last_flush.elapsed() >= INVOCATION_FLUSH_GAP {
+                        self.writer.flush()?;
+                        self.last_flush = Instant::now();
+                    }
+                    match end {
+                        InvocationEnd::Returned => {
+                            self.rearm_entry(tid)?;
+                            let _ = sys::resume(tid, 0);
+                        }
+                        // Memory can only be patched through a stopped
+                        // thread: re-arm at the next stop of any thread.
+                        InvocationEnd::ThreadGone => self.rearm_pending = true,
                         InvocationEnd::ProcessGone(exit) => return Ok((Some(exit), truncated)),
-                        InvocationEnd::Interrupted => continue,
-                    }
-                    self.writer.flush()?;
-                    if self.max_invocations.is_none_or(|m| self.invocations < m) {
-                        self.entry_bp = Some(Breakpoint::insert(tid, self.entry)?);
-                    }
-                    if self.known_threads.contains(&tid) {
-                        let _ = sys::resume(tid, 0);
+                        InvocationEnd::Interrupted => {}
                     }
                     continue;
                 }
             }
+            if self.rearm_pending && matches!(stop, Stop::Signal { .. }) {
+                self.rearm_entry(tid)?;
+            }
             self.on_background_stop(tid, stop, None)?;
         }
+    }
+
+    /// Puts the entry breakpoint back (through stopped thread `tid`) unless
+    /// --max-invocations has been reached.
+    fn rearm_entry(&mut self, tid: Tid) -> Result<(), InstrumentError> {
+        self.rearm_pending = false;
+        if self.entry_bp.is_none() && self.max_invocations.is_none_or(|m| self.invocations < m) {
+            self.entry_bp = Some(Breakpoint::insert(tid, self.entry)?);
+        }
+        Ok(())
     }
 
     /// Records the end of a thread; returns how the process ended when the
