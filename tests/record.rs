@@ -170,6 +170,8 @@ fn traced_output_and_exit_code_equal_native() {
         (c_example("threads", &[]), "worker", vec![]),
         (c_example("string_ops", &[]), "copy_forward", vec![]),
         (c_example("crash", &[]), "walk", vec!["1"]),
+        // The forked child calls `work` too: it must be released unharmed.
+        (c_example("fork", &[]), "work", vec![]),
         (rust_example("array_sweep"), "work", vec![]),
         (rust_example("list_vs_array"), "sum_list", vec![]),
     ];

@@ -56,6 +56,18 @@ pub fn resume(tid: Tid, signo: i32) -> io::Result<()> {
     check(unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, signo as libc::c_long) }).map(drop)
 }
 
+/// Stops tracing a tracee and lets it run.
+pub fn detach(tid: Tid) -> io::Result<()> {
+    // SAFETY: no pointers are passed.
+    check(unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) }).map(drop)
+}
+
+/// The process (thread group) a thread belongs to, from /proc.
+pub fn thread_group(tid: Tid) -> Option<Tid> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Tgid:")?.trim().parse().ok())
+}
+
 /// Reads the general-purpose registers (including `fs_base`/`gs_base`).
 #[inline]
 pub fn get_regs(tid: Tid) -> io::Result<Regs> {

@@ -89,6 +89,7 @@ struct Tracer {
     modules_loaded: bool,
     known_threads: HashSet<Tid>,
     awaiting_initial_stop: HashSet<Tid>,
+    released_children: HashSet<Tid>,
     instructions: u64,
     unflushed_steps: u64,
     accesses: u64,
@@ -150,6 +151,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         modules_loaded: false,
         known_threads: HashSet::from([pid]),
         awaiting_initial_stop: HashSet::new(),
+        released_children: HashSet::new(),
         instructions: 0,
         unflushed_steps: 0,
         accesses: 0,
@@ -233,7 +235,13 @@ fn spawn(exe: &Path, options: &RecordOptions) -> Result<Tid, InstrumentError> {
             });
         }
     }
-    let opts = libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_EXITKILL | libc::PTRACE_O_TRACEEXEC;
+    // Forks are traced only to be released at once, without our breakpoints
+    // (a child that inherited an int3 would die of SIGTRAP).
+    let opts = libc::PTRACE_O_TRACECLONE
+        | libc::PTRACE_O_TRACEFORK
+        | libc::PTRACE_O_TRACEVFORK
+        | libc::PTRACE_O_EXITKILL
+        | libc::PTRACE_O_TRACEEXEC;
     sys::set_options(pid, opts).map_err(ptrace_err("setting ptrace options"))?;
     Ok(pid)
 }
@@ -336,8 +344,21 @@ impl Tracer {
             resume(0);
             return Ok(());
         }
+        if event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK {
+            self.note_fork(tid, event == libc::PTRACE_EVENT_VFORK, temp_bp);
+            resume(0);
+            return Ok(());
+        }
         if event != 0 {
             resume(0);
+            return Ok(());
+        }
+        if signo == libc::SIGSTOP
+            && !self.known_threads.contains(&tid)
+            && sys::thread_group(tid).is_some_and(|group| group != self.pid)
+        {
+            // A forked child stopping before its parent's fork event.
+            self.release_child(tid, false, temp_bp);
             return Ok(());
         }
         if signo == libc::SIGSTOP && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid)) {
@@ -383,6 +404,31 @@ impl Tracer {
                 self.awaiting_initial_stop.insert(child);
             }
         }
+    }
+
+    /// A fork or vfork of `parent`: release the child.
+    fn note_fork(&mut self, parent: Tid, vfork: bool, temp_bp: Option<Breakpoint>) {
+        let Ok(child) = sys::event_msg(parent) else { return };
+        let child = child as Tid;
+        if self.released_children.remove(&child) {
+            return; // Its first stop came first and it is already free.
+        }
+        // Its first stop is next for it: wait for that alone.
+        if sys::wait(child).is_ok() {
+            self.release_child(child, vfork, temp_bp);
+        }
+    }
+
+    /// Removes our breakpoints from a forked child's memory and detaches it.
+    /// A vfork child shares its parent's memory, which must keep them.
+    fn release_child(&mut self, child: Tid, vfork: bool, temp_bp: Option<Breakpoint>) {
+        if !vfork {
+            for bp in [self.entry_bp, temp_bp].into_iter().flatten() {
+                let _ = bp.remove(child);
+            }
+        }
+        let _ = sys::detach(child);
+        self.released_children.insert(child);
     }
 
     /// Waits until the stepped thread `tid` stops, handling other threads'
@@ -573,6 +619,9 @@ impl Tracer {
                 // The traced thread itself created a thread (its clone
                 // system call stops here before returning).
                 Stop::Signal { event: libc::PTRACE_EVENT_CLONE, .. } => self.note_clone(tid),
+                Stop::Signal { event: e @ (libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK), .. } => {
+                    self.note_fork(tid, e == libc::PTRACE_EVENT_VFORK, None)
+                }
                 Stop::Signal { .. } => {}
             }
             let after = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
