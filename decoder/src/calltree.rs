@@ -21,6 +21,12 @@
 
 use std::collections::HashMap;
 
+use crate::reuse::BuildLineHasher;
+
+/// Maps keyed by addresses and thread ids, on the per-call path: a cheap
+/// multiplicative hash instead of SipHash.
+type FastMap<K, V> = HashMap<K, V, BuildLineHasher>;
+
 use serde::Serialize;
 
 /// Index of a frame in [`CallTree::frames`].
@@ -82,10 +88,10 @@ pub struct CallTree {
     /// How many frames were dropped.
     pub pruned_frames: u64,
     /// Inclusive totals per function entry address; recursion counted once.
-    pub function_totals: HashMap<u64, Inclusive>,
+    pub function_totals: FastMap<u64, Inclusive>,
     /// Inclusive totals of the calls made from each call instruction;
     /// recursion through the same call counted once.
-    pub callsite_totals: HashMap<u64, Inclusive>,
+    pub callsite_totals: FastMap<u64, Inclusive>,
 }
 
 impl CallTree {
@@ -125,22 +131,22 @@ struct ThreadStack {
     open: Vec<(FrameId, u64)>,
     invocation: Option<u32>,
     /// How many open frames each function / call site has (recursion).
-    active_functions: HashMap<u64, u32>,
-    active_callsites: HashMap<u64, u32>,
+    active_functions: FastMap<u64, u32>,
+    active_callsites: FastMap<u64, u32>,
 }
 
 /// Builds a [`CallTree`] from events in trace order.
 #[derive(Default)]
 pub struct CallTreeBuilder {
     frames: Vec<Frame>,
-    threads: HashMap<u32, ThreadStack>,
+    threads: FastMap<u32, ThreadStack>,
     /// (thread, innermost open frame) of the last read or write, so the
     /// per-access path skips the map; cleared whenever a stack changes.
     current: Option<(u32, Option<FrameId>)>,
     pruned_below: u64,
     pruned_frames: u64,
-    function_totals: HashMap<u64, Inclusive>,
-    callsite_totals: HashMap<u64, Inclusive>,
+    function_totals: FastMap<u64, Inclusive>,
+    callsite_totals: FastMap<u64, Inclusive>,
 }
 
 impl CallTreeBuilder {
@@ -377,7 +383,7 @@ impl CallTreeBuilder {
 }
 
 /// Decrements an open-frame count; true when it reaches zero.
-fn release(active: &mut HashMap<u64, u32>, key: u64) -> bool {
+fn release(active: &mut FastMap<u64, u32>, key: u64) -> bool {
     match active.get_mut(&key) {
         Some(n) if *n > 1 => {
             *n -= 1;

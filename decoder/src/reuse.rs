@@ -204,13 +204,13 @@ impl ReuseDistance {
     }
 
     /// Renumbers the live marks 0..live in time order and rebuilds the
-    /// marks and the tree, with room for four times the live lines so
+    /// marks and the tree, with room for sixteen times the live lines so
     /// compactions stay rare.
     fn compact(&mut self) {
         let mut order: Vec<(u32, u64)> =
             self.lines.iter().filter(|(_, e)| e.last_read != NOT_READ).map(|(&line, e)| (e.last_read, line)).collect();
         order.sort_unstable();
-        let slots = (order.len() * 4).max(MIN_SLOTS).next_power_of_two();
+        let slots = (order.len() * 16).max(MIN_SLOTS).next_power_of_two();
         self.marks = vec![0; slots / 64];
         self.tree = vec![0; slots / 64];
         for (new_time, &(_, line)) in order.iter().enumerate() {
@@ -253,7 +253,7 @@ const MIN_SLOTS: usize = 1 << 16;
 
 /// A cheap hasher for line numbers (multiplicative; lines are not
 /// adversarial input, and SipHash costs more than the rest of an access).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct BuildLineHasher;
 
 impl std::hash::BuildHasher for BuildLineHasher {
@@ -275,6 +275,9 @@ impl std::hash::Hasher for LineHasher {
         for &b in bytes {
             self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v.into());
     }
     fn write_u64(&mut self, v: u64) {
         self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);

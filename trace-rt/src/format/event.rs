@@ -22,8 +22,8 @@ const TAG_TRUNCATED: u8 = 13;
 /// A generation stamp per site avoids clearing the whole table at each chunk.
 #[derive(Default)]
 struct DeltaState {
-    last: Vec<u64>,
-    stamp: Vec<u32>,
+    /// (previous address, generation it was stored in), by site.
+    last: Vec<(u64, u32)>,
     generation: u32,
 }
 
@@ -32,33 +32,39 @@ impl DeltaState {
         self.generation = self.generation.wrapping_add(1);
         if self.generation == 0 {
             // Wrapped: stale stamps could alias the new generation.
-            self.stamp.iter_mut().for_each(|s| *s = u32::MAX);
+            self.last.iter_mut().for_each(|e| e.1 = u32::MAX);
             self.generation = 1;
         }
+    }
+
+    #[inline(always)]
+    fn slot(&mut self, site: SiteId) -> &mut (u64, u32) {
+        let i = site as usize;
+        if i >= self.last.len() {
+            self.last.resize(i + 1, (0, 0));
+        }
+        &mut self.last[i]
     }
 
     /// Returns the previous address of `site` in this chunk (0 if none) and
     /// stores `addr` as the new one.
     #[inline(always)]
     fn swap(&mut self, site: SiteId, addr: u64) -> u64 {
-        let i = site as usize;
-        if i >= self.last.len() {
-            self.last.resize(i + 1, 0);
-            self.stamp.resize(i + 1, 0);
-        }
-        let prev = if self.stamp[i] == self.generation { self.last[i] } else { 0 };
-        self.stamp[i] = self.generation;
-        self.last[i] = addr;
+        let generation = self.generation;
+        let e = self.slot(site);
+        let prev = if e.1 == generation { e.0 } else { 0 };
+        *e = (addr, generation);
         prev
     }
 
     /// Decoder side: applies `delta` to the previous address of `site`.
     #[inline(always)]
     fn advance(&mut self, site: SiteId, delta: i64) -> u64 {
-        let i = site as usize;
-        let prev = if self.stamp.get(i) == Some(&self.generation) { self.last[i] } else { 0 };
+        let generation = self.generation;
+        let e = self.slot(site);
+        let prev = if e.1 == generation { e.0 } else { 0 };
         let addr = prev.wrapping_add(delta as u64);
-        self.swap(site, addr);
+        *e = (addr, generation);
         addr
     }
 }

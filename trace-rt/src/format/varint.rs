@@ -50,6 +50,17 @@ impl<'a> Cursor<'a> {
     /// Reads an unsigned LEB128 value of at most 10 bytes.
     #[inline]
     pub fn u64(&mut self) -> Option<u64> {
+        // Most values (site ids, small deltas) fit in one byte.
+        let b = *self.bytes.get(self.pos)?;
+        if b < 0x80 {
+            self.pos += 1;
+            return Some(u64::from(b));
+        }
+        self.u64_multi_byte()
+    }
+
+    #[cold]
+    fn u64_multi_byte(&mut self) -> Option<u64> {
         let mut value = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.u8()?;
