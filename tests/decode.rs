@@ -65,7 +65,7 @@ fn array_sweep_bitmap_structure() {
     let mut rows = Vec::new();
     let mut clock = 0;
     model
-        .replay(0, model.columns, |column, set| {
+        .replay(0, model.columns, |column, set, _| {
             if set.clock() != clock {
                 assert_eq!(set.clock(), clock + 1, "one insertion per column at most");
                 clock = set.clock();

@@ -293,12 +293,12 @@ impl Model {
     }
 
     /// Replays the working set over columns `[from, to)`, calling `visit`
-    /// with each column and the set *after* that column's read.
+    /// with each column, the set *after* that column's read, and the read.
     pub fn replay(
         &self,
         from: u64,
         to: u64,
-        mut visit: impl FnMut(u64, &OrderedWorkingSet),
+        mut visit: impl FnMut(u64, &OrderedWorkingSet, &Access),
     ) -> Result<(), DecodeError> {
         let to = to.min(self.columns);
         if from >= to {
@@ -316,7 +316,7 @@ impl Model {
             }
             set.read(a.addr, a.size, |_| {});
             if column >= from {
-                visit(column, &set);
+                visit(column, &set, &a);
             }
             column += 1;
             if column >= to {

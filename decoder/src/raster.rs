@@ -96,6 +96,21 @@ impl Coverage {
         }
     }
 
+    /// Adds `n` cells that each cover fraction `f` of the pixel.
+    #[inline]
+    pub fn add_many(&mut self, n: u64, f: f64, colour: Colour, alpha: f64) {
+        if f <= 0.0 || n == 0 {
+            return;
+        }
+        let n = n as f64;
+        let w = n * if alpha == 1.0 { f } else { f.powf(alpha) };
+        self.sum_f += n * f;
+        self.sum_weight += w;
+        for (sum, c) in self.sum_colour.iter_mut().zip(colour) {
+            *sum += w * c;
+        }
+    }
+
     /// The pixel colour.
     pub fn resolve(&self, background: Colour, alpha: f64) -> Colour {
         let b = (1.0 - self.sum_f).max(0.0).powf(alpha);
@@ -194,7 +209,73 @@ fn overlap(a: f64, b: f64, p: f64) -> f64 {
     (b.min(p + 1.0) - a.max(p)).max(0.0)
 }
 
+/// A line keeping its row and colour over columns `[start, ..)`.
+#[derive(Clone, Copy)]
+struct Segment {
+    start: u64,
+    colour: Colour,
+}
+
+/// Accumulates cells into pixel coverage for one view.
+struct CoverageGrid<'v> {
+    view: &'v BitmapView,
+    /// Columns per pixel, rows per pixel.
+    cw: f64,
+    rh: f64,
+    acc: Vec<Coverage>,
+}
+
+impl CoverageGrid<'_> {
+    /// Adds the cells of one row over columns `[start, end)`, all of one
+    /// colour. Every cell stays its own element of the anti-aliasing sum
+    /// (its own `f^alpha`); cells wholly inside a pixel share one `f`, so a
+    /// run costs O(pixels it spans), not O(columns).
+    fn add_run(&mut self, row: usize, start: u64, end: u64, colour: Colour) {
+        let (w, h) = (self.view.width as usize, self.view.height as usize);
+        let (a, _) = self.view.columns;
+        let (r0, _) = self.view.rows;
+        let y0 = (row as f64 - r0) / self.rh;
+        let y1 = (row as f64 + 1.0 - r0) / self.rh;
+        let py_first = y0.floor().max(0.0) as usize;
+        let py_end = (y1.ceil().max(0.0) as usize).min(h);
+        let x0 = (start as f64 - a) / self.cw;
+        let x1 = (end as f64 - a) / self.cw;
+        let px_first = x0.floor().max(0.0) as usize;
+        let px_end = (x1.ceil().max(0.0) as usize).min(w);
+        for px in px_first..px_end {
+            // The run's columns that fall into this pixel.
+            let pixel_lo = a + px as f64 * self.cw;
+            let pixel_hi = pixel_lo + self.cw;
+            let lo = (start as f64).max(pixel_lo);
+            let hi = (end as f64).min(pixel_hi);
+            if hi <= lo {
+                continue;
+            }
+            let first = lo.floor() as u64;
+            let last = (hi.ceil() as u64).saturating_sub(1);
+            let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / self.cw;
+            let interior = last.saturating_sub(first).saturating_sub(1);
+            for py in py_first..py_end {
+                let fy = overlap(y0, y1, py as f64);
+                let cell = &mut self.acc[py * w + px];
+                cell.add(cover(first) * fy, colour, self.view.alpha);
+                if last > first {
+                    cell.add(cover(last) * fy, colour, self.view.alpha);
+                }
+                if interior > 0 {
+                    cell.add_many(interior, fy / self.cw, colour, self.view.alpha);
+                }
+            }
+        }
+    }
+}
+
 /// Rasterises the working-set bitmap for `view` by replaying the trace.
+///
+/// A line's cells only change colour when the line is touched (bytes read)
+/// or when any line is inserted (every age drops; rows below shift), so the
+/// replay keeps one open run per row and closes runs at those moments:
+/// the cost is O(hits + misses x rows), not O(columns x rows).
 pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
     let (w, h) = (view.width as usize, view.height as usize);
     let (a, b) = view.columns;
@@ -202,12 +283,12 @@ pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> 
     if w == 0 || h == 0 || b <= a || r1 <= r0 {
         return Err(DecodeError::InvalidSetting("empty view".to_string()));
     }
-    let cw = (b - a) / w as f64;
-    let rh = (r1 - r0) / h as f64;
+    let mut grid =
+        CoverageGrid { view, cw: (b - a) / w as f64, rh: (r1 - r0) / h as f64, acc: vec![Coverage::default(); w * h] };
     let config = model.working_set.config;
     let shift = config.line_size.trailing_zeros();
-    let mut acc = vec![Coverage::default(); w * h];
-    // Allocations as line ranges with their lifetime in columns.
+    // Allocations as line ranges with their lifetime in columns; a lifetime
+    // boundary changes tints, so it closes every run like a miss does.
     let bands: Vec<(u64, u64, u64, u64)> = model
         .allocations
         .iter()
@@ -216,36 +297,57 @@ pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> 
             (r.address >> shift, (r.address + r.size - 1) >> shift, r.alloc_column, r.free_column.unwrap_or(u64::MAX))
         })
         .collect();
+    let mut boundaries: Vec<u64> = bands.iter().flat_map(|&(_, _, c0, c1)| [c0, c1]).collect();
+    boundaries.sort_unstable();
+    let colour_of = |set: &crate::working_set::OrderedWorkingSet, line: &crate::working_set::LineState, column: u64| {
+        let colour = cell_colour(palette, line.bytes_read, config.line_size, set.age(line), config.max_age);
+        let in_block =
+            bands.iter().any(|&(l0, l1, c0, c1)| line.line >= l0 && line.line <= l1 && column >= c0 && column < c1);
+        if in_block { lerp(colour, palette.allocation, palette.allocation_strength) } else { colour }
+    };
     let first_row = r0.floor().max(0.0) as usize;
-    model.replay(a.floor().max(0.0) as u64, b.ceil() as u64, |column, set| {
-        let x0 = (column as f64 - a) / cw;
-        let x1 = (column as f64 + 1.0 - a) / cw;
-        let px_first = x0.floor().max(0.0) as usize;
-        let px_end = (x1.ceil().max(0.0) as usize).min(w);
+    let row_end = r1.ceil().max(0.0) as usize;
+    let (from, to) = (a.floor().max(0.0) as u64, b.ceil() as u64);
+    // Open runs of the rows in view, by row - first_row.
+    let mut runs: Vec<Segment> = Vec::new();
+    let mut clock = None;
+    let mut next_boundary = boundaries.partition_point(|&c| c <= from);
+    let mut last_column = from;
+    model.replay(from, to, |column, set, access| {
+        last_column = column + 1;
         let lines = set.lines();
-        let last_row = (r1.ceil() as usize).min(lines.len());
-        for (row, line) in lines.iter().enumerate().take(last_row).skip(first_row) {
-            let mut colour = cell_colour(palette, line.bytes_read, config.line_size, set.age(line), config.max_age);
-            let in_block =
-                bands.iter().any(|&(l0, l1, c0, c1)| line.line >= l0 && line.line <= l1 && column >= c0 && column < c1);
-            if in_block {
-                colour = lerp(colour, palette.allocation, palette.allocation_strength);
+        let crossed = next_boundary < boundaries.len() && boundaries[next_boundary] <= column;
+        while next_boundary < boundaries.len() && boundaries[next_boundary] <= column {
+            next_boundary += 1;
+        }
+        if clock != Some(set.clock()) || crossed {
+            // Everything changed (ages, rows, tints): close all runs.
+            for (i, run) in runs.iter().enumerate() {
+                grid.add_run(first_row + i, run.start, column, run.colour);
             }
-            let y0 = (row as f64 - r0) / rh;
-            let y1 = (row as f64 + 1.0 - r0) / rh;
-            let py_first = y0.floor().max(0.0) as usize;
-            let py_end = (y1.ceil().max(0.0) as usize).min(h);
-            for px in px_first..px_end {
-                let fx = overlap(x0, x1, px as f64);
-                for py in py_first..py_end {
-                    let fy = overlap(y0, y1, py as f64);
-                    acc[py * w + px].add(fx * fy, colour, view.alpha);
-                }
-            }
+            clock = Some(set.clock());
+            let end = row_end.min(lines.len());
+            runs = (first_row..end.max(first_row))
+                .map(|row| Segment { start: column, colour: colour_of(set, &lines[row], column) })
+                .collect();
+            return;
+        }
+        // A hit: only the lines this read touched changed colour.
+        let first_line = access.addr >> shift;
+        let last_line = access.addr.saturating_add(access.size.max(1) - 1) >> shift;
+        for line in first_line..=last_line {
+            let Ok(row) = lines.binary_search_by_key(&line, |l| l.line) else { continue };
+            let Some(run) = row.checked_sub(first_row).and_then(|i| runs.get_mut(i)) else { continue };
+            let colour = colour_of(set, &lines[row], column);
+            grid.add_run(row, run.start, column, run.colour);
+            *run = Segment { start: column, colour };
         }
     })?;
+    for (i, run) in runs.iter().enumerate() {
+        grid.add_run(first_row + i, run.start, last_column, run.colour);
+    }
     let mut image = Image::new(view.width, view.height, palette.background);
-    for (i, c) in acc.iter().enumerate() {
+    for (i, c) in grid.acc.iter().enumerate() {
         image.set((i % w) as u32, (i / w) as u32, c.resolve(palette.background, view.alpha));
     }
     Ok(image)

@@ -122,8 +122,8 @@ fn replay_from_any_snapshot_matches_a_straight_run() {
     for (from, to) in [(0, 50), (1234, 1300), (4990, 5000), (2500, 2501)] {
         let mut a = Vec::new();
         let mut b = Vec::new();
-        coarse.replay(from, to, |c, s| a.push((c, s.lines().to_vec()))).expect("replay");
-        fine.replay(from, to, |c, s| b.push((c, s.lines().to_vec()))).expect("replay");
+        coarse.replay(from, to, |c, s, _| a.push((c, s.lines().to_vec()))).expect("replay");
+        fine.replay(from, to, |c, s, _| b.push((c, s.lines().to_vec()))).expect("replay");
         assert_eq!(a.len() as u64, to - from);
         let first_difference = a.iter().zip(&b).position(|(x, y)| x != y);
         assert_eq!(first_difference, None, "columns {from}..{to}");
@@ -191,4 +191,91 @@ fn reads_fall_into_allocations() {
         model.allocations.iter().map(|a| (a.address, a.size, a.alloc_column, a.free_column, a.reads)).collect();
     assert_eq!(blocks, vec![(0x5000, 100, 0, Some(3), 2), (0x6000, 200, 3, Some(5), 1)]);
     assert_eq!(model.metrics.foreign_frees, 1);
+}
+
+/// The plain per-cell algorithm: every column, every row in view. The fast
+/// rasteriser must give the same pixels.
+fn reference_bitmap(model: &Model, view: &BitmapView, p: &Palette) -> Vec<u8> {
+    let (w, h) = (view.width as usize, view.height as usize);
+    let (a, b) = view.columns;
+    let (r0, r1) = view.rows;
+    let (cw, rh) = ((b - a) / w as f64, (r1 - r0) / h as f64);
+    let config = model.working_set.config;
+    let mut acc = vec![decoder::raster::Coverage::default(); w * h];
+    let overlap = |lo: f64, hi: f64, p: f64| (hi.min(p + 1.0) - lo.max(p)).max(0.0);
+    model
+        .replay(a.floor() as u64, b.ceil() as u64, |column, set, _| {
+            let (x0, x1) = ((column as f64 - a) / cw, (column as f64 + 1.0 - a) / cw);
+            for (row, line) in set.lines().iter().enumerate() {
+                if (row as f64) < r0.floor() || (row as f64) >= r1.ceil() {
+                    continue;
+                }
+                let mut colour = cell_colour(p, line.bytes_read, 64, set.age(line), config.max_age);
+                let in_block = model.allocations.iter().any(|r| {
+                    line.line >= r.address / 64
+                        && line.line <= (r.address + r.size - 1) / 64
+                        && column >= r.alloc_column
+                        && column < r.free_column.unwrap_or(u64::MAX)
+                });
+                if in_block {
+                    colour = [0, 1, 2].map(|k| colour[k] * (1.0 - p.allocation_strength) + p.allocation[k] * p.allocation_strength);
+                }
+                let (y0, y1) = ((row as f64 - r0) / rh, (row as f64 + 1.0 - r0) / rh);
+                for px in (x0.floor().max(0.0) as usize)..(x1.ceil().max(0.0) as usize).min(w) {
+                    for py in (y0.floor().max(0.0) as usize)..(y1.ceil().max(0.0) as usize).min(h) {
+                        let f = overlap(x0, x1, px as f64) * overlap(y0, y1, py as f64);
+                        acc[py * w + px].add(f, colour, view.alpha);
+                    }
+                }
+            }
+        })
+        .expect("replay");
+    acc.iter().flat_map(|c| to8(c.resolve(p.background, view.alpha))).collect()
+}
+
+#[test]
+fn fast_rasteriser_equals_the_per_cell_reference() {
+    let path = std::env::temp_dir().join(format!("linetrace-decoder-raster-{}.lntrace", std::process::id()));
+    let file = std::fs::File::create(&path).expect("create");
+    let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
+    w.set_chunk_target(300);
+    let small = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let wide = w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Read, size: 40, count: 1 });
+    let alloc = |kind, size, ptr_in, ptr_out| {
+        Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite: 0x30 })
+    };
+    let mut seed = 3u64;
+    for i in 0..3000u64 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        if i == 500 {
+            w.push(1, &alloc(AllocKind::Malloc, 2000, 0, 0x10000)).expect("push");
+        }
+        if i == 2200 {
+            w.push(1, &alloc(AllocKind::Free, 0, 0x10000, 0)).expect("push");
+        }
+        // Mostly a sweep with repeats (hits), some scattered reads (misses),
+        // some reads straddling lines.
+        let (site, addr) = match seed >> 61 {
+            0 => (small, 0x10000 + ((seed >> 20) % 4000)),
+            1 => (wide, 0x10000 + ((seed >> 20) % 4000)),
+            _ => (small, 0x10000 + (i / 3) * 8 % 6000),
+        };
+        w.push(1, &Event::Access { site, addr }).expect("push");
+    }
+    w.finish(&Trailer::default()).expect("finish");
+    let model = Model::decode(&path, &options(40, 40, 100), &mut |_| {}).expect("decode");
+    let p = Palette::default();
+    let views = [
+        BitmapView { columns: (0.0, 3000.0), rows: (0.0, 40.0), width: 97, height: 23, alpha: 1.0 },
+        BitmapView { columns: (0.0, 3000.0), rows: (0.0, 40.0), width: 64, height: 40, alpha: 0.3 },
+        BitmapView { columns: (1234.5, 1301.25), rows: (3.5, 30.0), width: 200, height: 50, alpha: 1.0 },
+        BitmapView { columns: (100.0, 2900.0), rows: (0.0, 40.0), width: 13, height: 7, alpha: 2.0 },
+    ];
+    for view in views {
+        let fast = rasterize_bitmap(&model, &view, &p).expect("raster");
+        let want = reference_bitmap(&model, &view, &p);
+        let worst = fast.rgba.iter().zip(&want).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0);
+        assert!(worst <= 1, "{view:?}: pixels differ by up to {worst}");
+        assert!(fast.rgba.chunks(4).any(|px| px[..3] != to8(p.background)[..3]), "{view:?} drew something");
+    }
 }
