@@ -101,31 +101,47 @@ fn record(args: RecordArgs) -> Result<ExitCode> {
     })
 }
 
-/// Decodes a trace with a progress bar that appears when decoding takes
-/// more than a second.
+/// Decodes a trace, with a progress bar when that takes over a second.
 fn decode(file: &Path, args: &cli::DecodeArgs) -> Result<Model> {
     let total = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?.len();
-    let started = Instant::now();
-    let mut bar: Option<ProgressBar> = None;
-    let mut progress = |done: u64| {
-        if bar.is_none() && started.elapsed() > Duration::from_secs(1) {
-            let b = ProgressBar::new(total);
-            b.set_style(
-                ProgressStyle::with_template("decoding {bar:40} {bytes}/{total_bytes} ({eta})")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            bar = Some(b);
-        }
-        if let Some(b) = &bar {
-            b.set_position(done);
-        }
-    };
-    let model =
-        Model::decode(file, &args.options(), &mut progress).with_context(|| format!("decoding {}", file.display()));
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    let mut bar = LazyProgress::new("decoding");
+    let model = Model::decode(file, &args.options(), &mut |done| bar.update(done, total))
+        .with_context(|| format!("decoding {}", file.display()));
+    bar.finish();
     model
+}
+
+/// A progress bar on stderr that only appears once work has taken more
+/// than a second (short runs stay quiet).
+struct LazyProgress {
+    label: &'static str,
+    started: Instant,
+    bar: Option<ProgressBar>,
+}
+
+impl LazyProgress {
+    fn new(label: &'static str) -> Self {
+        LazyProgress { label, started: Instant::now(), bar: None }
+    }
+
+    fn update(&mut self, done: u64, total: u64) {
+        if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
+            let bar = ProgressBar::new(total);
+            let template = format!("{} {{bar:40}} {{percent}}% ({{eta}} left)", self.label);
+            bar.set_style(ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+            self.bar = Some(bar);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    }
+
+    fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 /// The whole `report --json` document.
@@ -284,7 +300,9 @@ fn render(args: RenderArgs) -> Result<()> {
     }
     let mut symbols = Symbolizer::new(&model.modules);
     let options = RenderOptions { width: args.width, height: args.height, columns, alpha: args.alpha };
-    let image = decoder::raster::render(&model, &mut symbols, &options)?;
+    let mut bar = LazyProgress::new("drawing");
+    let image = decoder::raster::render(&model, &mut symbols, &options, &mut |done, total| bar.update(done, total))?;
+    bar.finish();
     for w in symbols.warnings() {
         eprintln!("linetrace: warning: {w}");
     }

@@ -277,6 +277,17 @@ impl CoverageGrid<'_> {
 /// replay keeps one open run per row and closes runs at those moments:
 /// the cost is O(hits + misses x rows), not O(columns x rows).
 pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
+    rasterize_bitmap_with_progress(model, view, palette, &mut |_, _| {})
+}
+
+/// [`rasterize_bitmap`], calling `progress(columns done, columns in all)`
+/// now and then: a long trace takes a while.
+pub fn rasterize_bitmap_with_progress(
+    model: &Model,
+    view: &BitmapView,
+    palette: &Palette,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Image, DecodeError> {
     let (w, h) = (view.width as usize, view.height as usize);
     let (a, b) = view.columns;
     let (r0, r1) = view.rows;
@@ -315,6 +326,9 @@ pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> 
     let mut last_column = from;
     model.replay(from, to, |column, set, access| {
         last_column = column + 1;
+        if column % (1 << 16) == 0 {
+            progress(column - from, to - from);
+        }
         let lines = set.lines();
         let crossed = next_boundary < boundaries.len() && boundaries[next_boundary] <= column;
         while next_boundary < boundaries.len() && boundaries[next_boundary] <= column {
@@ -466,7 +480,12 @@ pub struct RenderOptions {
 
 /// The whole picture: flamegraph on top, the bitmap beneath on the same x
 /// scale, a separator line between them.
-pub fn render(model: &Model, symbols: &mut Symbolizer, options: &RenderOptions) -> Result<Image, DecodeError> {
+pub fn render(
+    model: &Model,
+    symbols: &mut Symbolizer,
+    options: &RenderOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Image, DecodeError> {
     let (a, b) = options.columns.unwrap_or((0, model.columns));
     if b <= a || b > model.columns {
         return Err(DecodeError::InvalidSetting(format!(
@@ -495,7 +514,7 @@ pub fn render(model: &Model, symbols: &mut Symbolizer, options: &RenderOptions) 
     let flame = rasterize_flamegraph(&frames, symbols, columns, options.width, flame_h, &palette);
     let rows = f64::from(model.metrics.max_rows.max(1));
     let view = BitmapView { columns, rows: (0.0, rows), width: options.width, height: bitmap_h, alpha: options.alpha };
-    let bitmap = rasterize_bitmap(model, &view, &palette)?;
+    let bitmap = rasterize_bitmap_with_progress(model, &view, &palette, progress)?;
     let mut image = Image::new(options.width, options.height, palette.background);
     image.paste(&flame, 0);
     for x in 0..options.width {

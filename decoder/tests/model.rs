@@ -218,7 +218,8 @@ fn reference_bitmap(model: &Model, view: &BitmapView, p: &Palette) -> Vec<u8> {
                         && column < r.free_column.unwrap_or(u64::MAX)
                 });
                 if in_block {
-                    colour = [0, 1, 2].map(|k| colour[k] * (1.0 - p.allocation_strength) + p.allocation[k] * p.allocation_strength);
+                    colour = [0, 1, 2]
+                        .map(|k| colour[k] * (1.0 - p.allocation_strength) + p.allocation[k] * p.allocation_strength);
                 }
                 let (y0, y1) = ((row as f64 - r0) / rh, (row as f64 + 1.0 - r0) / rh);
                 for px in (x0.floor().max(0.0) as usize)..(x1.ceil().max(0.0) as usize).min(w) {
