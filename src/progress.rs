@@ -1,0 +1,55 @@
+//! Progress bars on stderr for long work, and decoding with one.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use decoder::model::Model;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// A progress bar on stderr that only appears once work has taken more
+/// than a second (short runs stay quiet).
+pub struct LazyProgress {
+    label: &'static str,
+    started: Instant,
+    bar: Option<ProgressBar>,
+}
+
+impl LazyProgress {
+    /// A bar labelled `label`, not shown yet.
+    pub fn new(label: &'static str) -> Self {
+        LazyProgress { label, started: Instant::now(), bar: None }
+    }
+
+    /// Reports `done` of `total`.
+    pub fn update(&mut self, done: u64, total: u64) {
+        if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
+            let bar = ProgressBar::new(total);
+            let template = format!("{} {{bar:40}} {{percent}}% ({{eta}} left)", self.label);
+            bar.set_style(ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+            self.bar = Some(bar);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    }
+
+    /// Removes the bar, if it was shown.
+    pub fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Decodes a trace, with a progress bar when that takes over a second.
+pub fn decode(file: &Path, args: &crate::cli::DecodeArgs) -> Result<Model> {
+    let total = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?.len();
+    let mut bar = LazyProgress::new("decoding");
+    let model = Model::decode(file, &args.options(), &mut |done| bar.update(done, total))
+        .with_context(|| format!("decoding {}", file.display()));
+    bar.finish();
+    model
+}

@@ -1,0 +1,161 @@
+//! `linetrace report`: totals, locality metrics and tables of a trace.
+
+use std::io::Write;
+
+use anyhow::Result;
+use decoder::symbols::Symbolizer;
+use decoder::tables::{AccessRow, AllocationSiteRow, Grouping, access_table, allocation_table};
+use serde::Serialize;
+use trace_rt::format::TraceEnd;
+
+use crate::cli::{ReportArgs, ReportGrouping};
+use crate::progress::decode;
+
+/// The whole `report --json` document.
+#[derive(Serialize)]
+struct Report<'a> {
+    trace: String,
+    metadata: &'a trace_rt::format::Metadata,
+    status: String,
+    truncated: bool,
+    exit: Option<instrument::TargetExit>,
+    columns: u64,
+    line_size: u32,
+    threads: &'a std::collections::BTreeMap<u32, decoder::summary::Totals>,
+    total: &'a decoder::summary::Totals,
+    metrics: &'a decoder::model::Metrics,
+    warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_function: Option<Vec<AccessRow>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_line: Option<Vec<AccessRow>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by_allocation: Option<Vec<AllocationSiteRow>>,
+}
+
+/// Prints the report of a trace.
+pub fn report(args: ReportArgs) -> Result<()> {
+    let model = decode(&args.file, &args.decode)?;
+    let mut symbols = Symbolizer::new(&model.modules);
+    let (mut by_function, mut by_line, mut by_allocation) = (None, None, None);
+    match args.by {
+        Some(ReportGrouping::Function) => by_function = Some(access_table(&model, &mut symbols, Grouping::Function)),
+        Some(ReportGrouping::Line) => by_line = Some(access_table(&model, &mut symbols, Grouping::Line)),
+        Some(ReportGrouping::Allocation) => by_allocation = Some(allocation_table(&model, &mut symbols)),
+        None => {}
+    }
+    let exit = match &model.end {
+        TraceEnd::Finished(t) => t.exit,
+        TraceEnd::Cut { .. } => None,
+    };
+    let report = Report {
+        trace: args.file.display().to_string(),
+        metadata: &model.metadata,
+        status: model.end.describe(),
+        truncated: model.end.is_truncated(),
+        exit,
+        columns: model.columns,
+        line_size: model.working_set.config.line_size,
+        threads: &model.threads,
+        total: &model.total,
+        metrics: &model.metrics,
+        warnings: symbols.warnings().to_vec(),
+        by_function,
+        by_line,
+        by_allocation,
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    for w in &report.warnings {
+        eprintln!("linetrace: warning: {w}");
+    }
+    let m = report.metadata;
+    writeln!(out, "trace:      {}", report.trace)?;
+    writeln!(out, "program:    {}", m.argv.join(" "))?;
+    writeln!(out, "function:   {}", m.function.as_deref().unwrap_or("?"))?;
+    writeln!(out, "backend:    {}", m.backend)?;
+    writeln!(out, "status:     {}", report.status)?;
+    let exit = match report.exit {
+        Some(instrument::TargetExit::Code(c)) => format!("exited with code {c}"),
+        Some(instrument::TargetExit::Signal(s)) => format!("killed by signal {s}"),
+        None => "unknown (recording did not see the end)".to_string(),
+    };
+    writeln!(out, "target:     {exit}")?;
+    writeln!(out)?;
+    let row = |out: &mut dyn Write, name: &str, t: &decoder::summary::Totals| {
+        writeln!(
+            out,
+            "{name:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8} {:>8}",
+            t.instructions, t.reads, t.writes, t.bytes_read, t.unique_lines, t.allocations, t.invocations
+        )
+    };
+    writeln!(
+        out,
+        "{:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8} {:>8}",
+        "thread", "instructions", "reads", "writes", "bytes read", "lines", "allocs", "invocs"
+    )?;
+    for (tid, t) in report.threads {
+        row(&mut out, &tid.to_string(), t)?;
+    }
+    if report.threads.len() != 1 {
+        row(&mut out, "total", report.total)?;
+    }
+    let mt = report.metrics;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "line fetches:            {} ({}-byte lines, working set up to {} rows)",
+        mt.line_fetches, report.line_size, mt.max_rows
+    )?;
+    writeln!(out, "bytes read per fetch:    {:.1}", mt.mean_bytes_read_per_fetch)?;
+    writeln!(
+        out,
+        "distinct bytes / fetch:  {:.1} (utilisation {:.0}%)",
+        mt.mean_distinct_bytes_per_fetch,
+        100.0 * mt.utilisation
+    )?;
+    write!(out, "reuse distance (lines):  cold {}", mt.reuse.cold)?;
+    for (k, n) in mt.reuse.buckets.iter().enumerate().filter(|(_, n)| **n > 0) {
+        let lo = decoder::reuse::ReuseHistogram::bucket_start(k);
+        let hi = decoder::reuse::ReuseHistogram::bucket_start(k + 1);
+        if hi - lo <= 1 { write!(out, ", {lo}: {n}")? } else { write!(out, ", {lo}-{}: {n}", hi - 1)? }
+    }
+    writeln!(out)?;
+    let limit = args.limit;
+    if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
+        writeln!(out)?;
+        let title = if report.by_function.is_some() { "function" } else { "line" };
+        writeln!(
+            out,
+            "{:>12} {:>12} {:>12} {:>12}  {title}",
+            "self reads", "total reads", "self writes", "total writes"
+        )?;
+        for r in rows.iter().take(limit) {
+            writeln!(
+                out,
+                "{:>12} {:>12} {:>12} {:>12}  {}",
+                r.self_reads, r.total_reads, r.self_writes, r.total_writes, r.key
+            )?;
+        }
+    }
+    if let Some(rows) = &report.by_allocation {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{:>8} {:>12} {:>12} {:>12} {:>6}  allocation site",
+            "blocks", "bytes", "reads", "writes", "live"
+        )?;
+        for r in rows.iter().take(limit) {
+            writeln!(
+                out,
+                "{:>8} {:>12} {:>12} {:>12} {:>6}  {}",
+                r.blocks, r.bytes, r.reads, r.writes, r.live_at_end, r.site
+            )?;
+        }
+    }
+    Ok(())
+}
