@@ -72,16 +72,27 @@ pub struct Access {
     pub writes: bool,
 }
 
-/// The access an event stands for, if it is one.
+/// Largest single access accepted (a rep-string copy of 1 GiB). Anything
+/// larger is corruption, and would cost minutes line by line.
+pub const MAX_ACCESS_BYTES: u64 = 1 << 30;
+
+/// The access an event stands for, if it is one; an error for an access
+/// larger than [`MAX_ACCESS_BYTES`].
 #[inline]
-pub fn access_of(event: &Event, sites: &[Site]) -> Option<Access> {
+pub fn access_of(event: &Event, sites: &[Site]) -> Result<Option<Access>, DecodeError> {
     let (site, addr, size) = match *event {
-        Event::Access { site, addr } => (site, addr, u64::from(sites.get(site as usize)?.size)),
+        Event::Access { site, addr } => match sites.get(site as usize) {
+            Some(s) => (site, addr, u64::from(s.size)),
+            None => return Ok(None),
+        },
         Event::AccessSized { site, addr, size } => (site, addr, size),
-        _ => return None,
+        _ => return Ok(None),
     };
-    let kind = sites.get(site as usize)?.kind;
-    Some(Access { site, addr, size, reads: kind.reads(), writes: kind.writes() })
+    let Some(kind) = sites.get(site as usize).map(|s| s.kind) else { return Ok(None) };
+    if size > MAX_ACCESS_BYTES {
+        return Err(DecodeError::Corrupt(format!("an access of {size} bytes at {addr:#x} (site {site})")));
+    }
+    Ok(Some(Access { site, addr, size, reads: kind.reads(), writes: kind.writes() }))
 }
 
 /// One recorded heap block or mapping.
@@ -107,6 +118,14 @@ pub struct AllocationRecord {
     pub reads: u64,
     /// Writes that fell into it.
     pub writes: u64,
+}
+
+impl AllocationRecord {
+    /// Whether `addr` is inside the block (a 0-byte block holds its first
+    /// address, so accesses to it are still attributed).
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.address && addr - self.address < self.size.max(1)
+    }
 }
 
 /// Locality metrics of the whole trace (counts are in [`Totals`]).
@@ -273,7 +292,7 @@ impl Model {
         let mut calls = CallTreeBuilder::resume(&snap.stacks);
         let mut column = snap.column;
         while let Some(rec) = reader.next_record()? {
-            if let Some(a) = access_of(&rec.event, reader.sites()) {
+            if let Some(a) = access_of(&rec.event, reader.sites())? {
                 if a.writes {
                     calls.write(rec.thread);
                 }
@@ -308,7 +327,7 @@ impl Model {
         let mut set = OrderedWorkingSet::restore(self.working_set.config, &snap.lines, snap.clock);
         let mut column = snap.column;
         while let Some(rec) = reader.next_record()? {
-            let Some(a) = access_of(&rec.event, reader.sites()) else {
+            let Some(a) = access_of(&rec.event, reader.sites())? else {
                 continue;
             };
             if !a.reads {
@@ -410,7 +429,7 @@ impl Builder {
             }
             let thread = rec.thread;
             let t = self.thread_slot(thread);
-            if let Some(a) = access_of(&rec.event, reader.sites()) {
+            if let Some(a) = access_of(&rec.event, reader.sites())? {
                 self.access(thread, t, a);
                 continue;
             }
@@ -534,13 +553,13 @@ impl Builder {
         }
         if let Some(b) = self.last_block {
             let r = &self.allocations[b];
-            if r.free_column.is_none() && addr >= r.address && addr < r.address + r.size.max(1) {
+            if r.free_column.is_none() && r.contains(addr) {
                 return Some(b);
             }
         }
         let (_, &b) = self.live.range(..=addr).next_back()?;
         let r = &self.allocations[b];
-        (addr < r.address + r.size.max(1)).then(|| {
+        r.contains(addr).then(|| {
             self.last_block = Some(b);
             b
         })

@@ -305,7 +305,12 @@ pub fn rasterize_bitmap_with_progress(
         .iter()
         .filter(|r| r.size > 0)
         .map(|r| {
-            (r.address >> shift, (r.address + r.size - 1) >> shift, r.alloc_column, r.free_column.unwrap_or(u64::MAX))
+            (
+                r.address >> shift,
+                r.address.saturating_add(r.size - 1) >> shift,
+                r.alloc_column,
+                r.free_column.unwrap_or(u64::MAX),
+            )
         })
         .collect();
     let mut boundaries: Vec<u64> = bands.iter().flat_map(|&(_, _, c0, c1)| [c0, c1]).collect();

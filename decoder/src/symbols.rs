@@ -211,7 +211,7 @@ fn containing_function(functions: &[FunctionSymbol], address: u64) -> Option<&Fu
     let i = functions.partition_point(|f| f.address <= address);
     let f = functions.get(i.checked_sub(1)?)?;
     // Size 0 (hand-written assembly): accept up to the next symbol.
-    (f.size == 0 || address < f.address + f.size).then_some(f)
+    (f.size == 0 || address < f.address.saturating_add(f.size)).then_some(f)
 }
 
 fn load_module(path: &Path, build_id: Option<&str>, base: u64, debug_root: &Path) -> Result<LoadedModule, String> {
@@ -300,7 +300,7 @@ fn plt_stubs(file: &object::File<'_>) -> Vec<FunctionSymbol> {
             let Some(p) = entry.windows(2).position(|w| w == [0xff, 0x25]) else { continue };
             let Some(rel) = entry.get(p + 2..p + 6) else { continue };
             let rel = i32::from_le_bytes([rel[0], rel[1], rel[2], rel[3]]);
-            let slot = (address + p as u64 + 6).wrapping_add_signed(i64::from(rel));
+            let slot = address.wrapping_add(p as u64 + 6).wrapping_add_signed(i64::from(rel));
             if let Some(name) = slot_names.get(&slot) {
                 stubs.push(FunctionSymbol { address, size: ENTRY, name: format!("{name}@plt") });
             }

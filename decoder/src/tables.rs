@@ -124,7 +124,7 @@ pub fn allocation_table(model: &Model, symbols: &mut Symbolizer) -> Vec<Allocati
         let site = format!("{} {} ({})", l.function, l.file_line(), a.kind.name());
         let row = rows.entry(site.clone()).or_insert_with(|| AllocationSiteRow { site, ..Default::default() });
         row.blocks += 1;
-        row.bytes += a.size;
+        row.bytes = row.bytes.saturating_add(a.size);
         row.reads += a.reads;
         row.writes += a.writes;
         row.live_at_end += u64::from(a.free_column.is_none());

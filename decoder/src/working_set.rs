@@ -263,13 +263,15 @@ impl<S: LineStore> WorkingSet<S> {
         if size == 0 {
             return effect;
         }
-        let end = addr.saturating_add(size);
-        let line_size = u64::from(self.config.line_size);
+        // In 128 bits, so that an access at the top of the address space
+        // neither wraps nor loses its last byte.
+        let end = u128::from(addr) + u128::from(size);
+        let line_size = u128::from(self.config.line_size);
         let mut line = addr >> self.shift;
-        let last = (end - 1) >> self.shift;
+        let last = ((end - 1) >> self.shift) as u64;
         loop {
-            let line_start = line << self.shift;
-            let lo = addr.max(line_start) - line_start;
+            let line_start = u128::from(line) << self.shift;
+            let lo = u128::from(addr).max(line_start) - line_start;
             let hi = end.min(line_start + line_size) - line_start;
             let mask = byte_mask(lo as u32, hi as u32);
             self.touch(line, (hi - lo) as u32, mask, &mut effect, &mut depart);
