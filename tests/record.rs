@@ -85,8 +85,7 @@ fn array_sweep_touches_exactly_the_array_lines() {
     let trace = trace_path("array_lines");
     assert!(record(&bin, "work", &[], &trace).status.success());
     let events = dump(&trace);
-    let start = events.iter().find(|l| l.contains("invocation-start")).expect("invocation start");
-    let bias = hex_field(start, "pc").expect("pc") - symbol_address(&bin, "work");
+    let (start, bias) = first_invocation(&events, &bin, "work");
     let array = bias + symbol_address(&bin, "array");
     let entry_sp = hex_field(start, "sp").expect("sp");
     let mut lines = std::collections::BTreeSet::new();
@@ -347,8 +346,7 @@ fn accesses_relative_to(bin: &std::path::Path, function: &str, symbol: &str) -> 
     let out = record(bin, function, &[], &trace);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let events = dump(&trace);
-    let start = events.iter().find(|l| l.contains("invocation-start")).expect("invocation start");
-    let bias = hex_field(start, "pc").expect("pc") - symbol_address(bin, function);
+    let (start, bias) = first_invocation(&events, bin, function);
     let base = bias + symbol_address(bin, symbol);
     let sp = hex_field(start, "sp").expect("sp");
     events
@@ -451,8 +449,7 @@ fn recursion_tail_calls_and_stdin() {
     let trace = trace_path("dispatch");
     assert!(record(&bin, "dispatch", &[], &trace).status.success());
     let events = dump(&trace);
-    let start = events.iter().find(|l| l.contains("invocation-start")).expect("start");
-    let bias = hex_field(start, "pc").expect("pc") - symbol_address(&bin, "dispatch");
+    let (_, bias) = first_invocation(&events, &bin, "dispatch");
     let leaf = bias + symbol_address(&bin, "leaf");
     let tail = events.iter().find(|l| l.contains(" tailcall ")).expect("a tail call event");
     assert_eq!(hex_field(tail, "target"), Some(leaf));

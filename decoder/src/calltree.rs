@@ -94,11 +94,10 @@ pub struct CallTree {
     pub callsite_totals: FastMap<u64, Inclusive>,
 }
 
-impl CallTree {
-    /// Deepest depth, plus one (0 for an empty tree).
-    pub fn height(&self) -> u32 {
-        self.frames.iter().map(|f| f.depth + 1).max().unwrap_or(0)
-    }
+/// Rows a flamegraph of `frames` needs: the deepest depth plus one (0 for
+/// no frames).
+pub fn height(frames: &[Frame]) -> u32 {
+    frames.iter().map(|f| f.depth + 1).max().unwrap_or(0)
 }
 
 /// An open frame, enough to resume building from a snapshot.
@@ -426,7 +425,7 @@ mod tests {
             t.frames.iter().map(|f| (f.function, f.first_column, f.depth, f.end_column, f.total_reads)).collect();
         assert_eq!(spans, vec![(0x100, 0, 0, 5, 5), (0x200, 1, 1, 4, 3), (0x300, 3, 2, 4, 1)]);
         assert_eq!(t.frames[1].self_reads, 2);
-        assert_eq!(t.height(), 3);
+        assert_eq!(height(&t.frames), 3);
         assert_eq!(t.function_totals[&0x200], Inclusive { reads: 3, writes: 0 });
         assert_eq!(t.callsite_totals[&0x210], Inclusive { reads: 1, writes: 0 });
     }
@@ -477,11 +476,6 @@ mod tests {
             t.frames.iter().map(|f| (f.invocation, f.first_column, f.end_column)).collect();
         assert_eq!(roots, vec![(0, 0, 10), (1, 10, 20), (2, 20, 30)]);
     }
-}
-
-#[cfg(test)]
-mod more_tests {
-    use super::*;
 
     #[test]
     fn recursion_counts_once_in_function_totals() {

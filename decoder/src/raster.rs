@@ -394,7 +394,7 @@ pub fn rasterize_flamegraph(
     palette: &Palette,
 ) -> Image {
     let mut image = Image::new(width, height, palette.background);
-    let depth = frames.iter().map(|f| f.depth + 1).max().unwrap_or(1);
+    let depth = crate::calltree::height(frames).max(1);
     let bar = (f64::from(height) / f64::from(depth)).clamp(1.0, 16.0);
     let (a, b) = columns;
     let cw = (b - a) / f64::from(width.max(1));
@@ -512,7 +512,7 @@ pub fn render(
     }
     let palette = Palette::default();
     let frames = model.frames_in(a, b)?;
-    let depth = frames.iter().map(|f| f.depth + 1).max().unwrap_or(1);
+    let depth = crate::calltree::height(&frames).max(1);
     let flame_h = (depth * 16).min(options.height * 2 / 5).max(8);
     let bitmap_h = options.height - flame_h - 2;
     let columns = (a as f64, b as f64);

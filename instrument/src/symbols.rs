@@ -135,13 +135,6 @@ impl ElfSymbols {
         names.dedup();
         Err(InstrumentError::AmbiguousFunction { name: name.to_string(), candidates: names.join(", ") })
     }
-
-    /// Finds the function containing `address` (link-time), for messages.
-    pub fn function_at(&self, address: u64) -> Option<&FunctionSymbol> {
-        let i = self.functions.partition_point(|f| f.address <= address);
-        let f = self.functions.get(i.checked_sub(1)?)?;
-        (address < f.address + f.size.max(1)).then_some(f)
-    }
 }
 
 fn unique_by_address<'a>(candidates: &[&'a FunctionSymbol]) -> Option<&'a FunctionSymbol> {

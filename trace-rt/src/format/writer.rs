@@ -69,11 +69,6 @@ impl<W: Write> TraceWriter<W> {
         self.sites_defined - 1
     }
 
-    /// Number of sites defined so far.
-    pub fn site_count(&self) -> u32 {
-        self.sites_defined
-    }
-
     /// Records modules mapped into the target.
     pub fn add_modules(&mut self, modules: &[Module]) {
         self.pending_modules.extend_from_slice(modules);
