@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use instrument::symbols::ElfSymbols;
+use decoder::symbols::{ElfSymbols, SymbolPaths};
 use instrument::sys;
 
 const ROUNDS: usize = 5;
@@ -42,8 +42,8 @@ fn build(name: &str, dir: &Path) -> PathBuf {
 /// Returns (steps, seconds).
 fn raw_stepper(program: &Path, args: &[&str], function: &str) -> (u64, f64) {
     use std::os::unix::process::CommandExt;
-    let symbols = ElfSymbols::load(program).expect("symbols");
-    let entry = symbols.resolve(function, program).expect("function").address;
+    let symbols = ElfSymbols::load(program, &SymbolPaths::default()).expect("symbols");
+    let entry = symbols.functions.iter().find(|f| f.raw == function).expect("function").address;
     let mut cmd = Command::new(program);
     cmd.args(args).stdout(std::process::Stdio::null()).env("LD_BIND_NOW", "1");
     // SAFETY: PTRACE_TRACEME only.

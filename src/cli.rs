@@ -36,16 +36,27 @@ pub enum Command {
     /// arguments and result; mmap/munmap system calls too). Every invocation
     /// is traced unless --max-invocations limits it.
     ///
+    /// Functions in shared libraries: `-f strlen` finds libc's strlen once
+    /// the libraries are loaded; `-f libc.so.6:strlen` names the module. An
+    /// IFUNC (strlen, memcpy: glibc picks an implementation for the CPU at
+    /// load time) is traced in the implementation the program really calls.
+    ///
     /// Threads: only the thread that entered the function is stepped; other
-    /// threads run freely, and an invocation another thread starts meanwhile
-    /// is not traced.
+    /// threads run freely. Their entries into the function meanwhile are not
+    /// traced; they are counted and reported.
     ///
     /// The program's stdin, stdout and stderr pass through, and linetrace
     /// exits with its exit code (128 + signal if it was killed). It runs with
     /// LD_BIND_NOW=1 so the dynamic linker's lazy binding is not traced.
+    /// Signals the program raises itself (SIGTRAP included) are delivered.
+    /// An exec ends tracing: the new program runs untraced.
+    ///
     /// Single-stepping is slow (tens of thousands of instructions per
-    /// second): trace small functions. Ctrl-C kills the program and keeps a
-    /// readable trace marked truncated.
+    /// second): trace small functions. The trace is written to OUTPUT.partial
+    /// and renamed to OUTPUT when the recording ends; Ctrl-C kills the program
+    /// and keeps a readable trace marked truncated (exit code 130). If
+    /// linetrace itself is killed, OUTPUT.partial stays, readable up to the
+    /// last second.
     #[command(verbatim_doc_comment)]
     Record(RecordArgs),
     /// Print totals and locality metrics of a trace, and a table by
@@ -55,6 +66,13 @@ pub enum Command {
     /// per fetch and distinct bytes per fetch say how much of each fetched
     /// line was used (utilisation = distinct / line size); the reuse
     /// histogram counts reads by LRU stack distance in distinct lines.
+    ///
+    /// Counting rules: a read-modify-write instruction (`addl $1,(%rdi)`)
+    /// counts as one read and one write (cachegrind counts it as a read
+    /// only); a rep-string instruction (`rep movsb`) is one access over its
+    /// whole range (cachegrind counts one per iteration); each element of a
+    /// gather is a read. Compiler fragments (`f.cold`, `f.part.0`) count in
+    /// their function's row, shown as `f [cold]`.
     Report(ReportArgs),
     /// Draw a trace to PNG: the flamegraph on top, the cache-line bitmap
     /// beneath on the same x axis (one column per memory read).
@@ -62,21 +80,44 @@ pub enum Command {
     /// Bitmap: one row per cache line in the working set, sorted by address;
     /// purple = nothing read from the line yet, green = a line's worth of
     /// bytes read; colours fade as the line ages; faint blue bands are
-    /// recorded allocations.
+    /// recorded allocations. The format follows the output's extension:
+    /// .png or .jpg/.jpeg.
     Render(RenderArgs),
-    /// Print every event of a trace, one per line (for debugging and scripts).
+    /// Print every event of a trace, one per line, for grep and scripts.
+    ///
+    /// Text: `THREAD EVENT key=value...`, hex addresses, e.g.
+    ///   4242 access kind=read pc=0x401136 addr=0x404040 size=16 site=0
+    ///   4242 call callsite=0x401150 target=0x401100 sp=0x7ffc...
+    /// Events and their fields: access (kind pc addr size site; range=1 and
+    /// elem, the element size, for a rep-string range), call and tailcall (callsite target sp), return
+    /// (sp), alloc (fn size align in out callsite), invocation-start (index
+    /// pc sp), invocation-end (index), invocation-skipped (pc), thread-start
+    /// (parent), thread-exit (status), signal (signo pc addr), stepped
+    /// (count), truncated (reason), exec (path, quoted). Lines starting with
+    /// `#` are comments (how the file ends, damaged regions).
+    ///
+    /// --json prints one JSON object per line instead: {"thread":..,
+    /// "event":"access", ...}, addresses as "0x..." strings (they do not fit
+    /// a JSON number exactly), counts as numbers; the last line is
+    /// {"event":"end", "status":..., "damage":[...]}.
+    #[command(verbatim_doc_comment)]
     Dump(DumpArgs),
 }
 
 /// Arguments of `record`.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
-    /// Function to trace: exact (demangled) name, or a unique substring.
+    /// Function to trace: exact (demangled) name, or a unique substring;
+    /// `MODULE:NAME` looks in one library (`libc.so.6:strlen`).
     #[arg(short, long, default_value = "main")]
     pub function: String,
-    /// Trace file to write.
-    #[arg(short, long, default_value = "trace.lntrace")]
-    pub output: PathBuf,
+    /// Trace file to write (default: trace.lntrace, or trace.N.lntrace if
+    /// that exists). An existing file is only replaced if it is a trace.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Replace the output file even if it is not a trace.
+    #[arg(long)]
+    pub force: bool,
     /// Trace at most N invocations of the function.
     #[arg(long, value_name = "N")]
     pub max_invocations: Option<u32>,
@@ -102,6 +143,15 @@ pub struct DecodeArgs {
     /// first (default: --max-age).
     #[arg(long)]
     pub max_rows: Option<u32>,
+    /// Also look for the trace's modules (executable, libraries) in DIR, by
+    /// file name and build-id: for a trace recorded on another machine, or
+    /// a binary that moved or was rebuilt since.
+    #[arg(long = "modules", value_name = "DIR")]
+    pub module_dirs: Vec<PathBuf>,
+    /// Also look for separate debug files under DIR/.build-id/ (besides
+    /// /usr/lib/debug).
+    #[arg(long = "debug-dir", value_name = "DIR")]
+    pub debug_dirs: Vec<PathBuf>,
 }
 
 /// What `report` groups its table by.
@@ -139,9 +189,12 @@ pub struct ReportArgs {
 pub struct RenderArgs {
     /// Trace file to read.
     pub file: PathBuf,
-    /// PNG file to write.
+    /// Image to write: .png, or .jpg/.jpeg.
     #[arg(short, long)]
     pub output: PathBuf,
+    /// Replace the output file even if it is a trace or a program.
+    #[arg(long)]
+    pub force: bool,
     /// Image width in pixels.
     #[arg(long, default_value_t = 1600)]
     pub width: u32,
@@ -168,6 +221,9 @@ pub struct DumpArgs {
     /// Stop after N events.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl DecodeArgs {
@@ -181,6 +237,14 @@ impl DecodeArgs {
             },
             ..Default::default()
         }
+    }
+
+    /// Where the decoder looks for modules and debug files.
+    pub fn symbol_paths(&self) -> decoder::symbols::SymbolPaths {
+        let mut paths = decoder::symbols::SymbolPaths::default();
+        paths.debug_roots.extend(self.debug_dirs.iter().cloned());
+        paths.module_dirs.extend(self.module_dirs.iter().cloned());
+        paths
     }
 }
 

@@ -1,14 +1,132 @@
-//! `linetrace dump`: every event of a trace as text.
+//! `linetrace dump`: every event of a trace, one per line, as text
+//! (`THREAD EVENT key=value...`) or JSON lines. Both come from one list of
+//! fields per event ([`fields`]), so they cannot drift apart; the format is
+//! documented in `linetrace dump --help`.
 
 use std::io::Write;
 
 use anyhow::{Context, Result};
+use serde_json::{Map, Value};
+use trace_rt::format::{AccessKind, Damage, Event, Record, Site, TraceReader, TruncationReason};
 
 use crate::cli::DumpArgs;
 
+/// A field value: addresses print as hex, counts as decimal.
+enum Field {
+    Hex(u64),
+    Unsigned(u64),
+    Signed(i64),
+    Text(String),
+}
+
+/// The event's name and fields.
+fn fields(rec: &Record, sites: &[Site], strings: &[String]) -> (&'static str, Vec<(&'static str, Field)>) {
+    use Field::*;
+    let kind = |k: AccessKind| {
+        Text(
+            match k {
+                AccessKind::Read => "read",
+                AccessKind::Write => "write",
+                AccessKind::Modify => "modify",
+            }
+            .to_string(),
+        )
+    };
+    let site_of = |id: u32| sites.get(id as usize).copied().unwrap_or(Site::UNDEFINED);
+    match rec.event {
+        Event::Access { site, addr } => {
+            let s = site_of(site);
+            let f = vec![
+                ("kind", kind(s.kind)),
+                ("pc", Hex(s.pc)),
+                ("addr", Hex(addr)),
+                ("size", Unsigned(s.size.into())),
+                ("site", Unsigned(site.into())),
+            ];
+            ("access", f)
+        }
+        Event::AccessSized { site, addr, size } => {
+            let s = site_of(site);
+            let f = vec![
+                ("kind", kind(s.kind)),
+                ("pc", Hex(s.pc)),
+                ("addr", Hex(addr)),
+                ("size", Unsigned(size)),
+                ("site", Unsigned(site.into())),
+                ("range", Unsigned(1)),
+                ("elem", Unsigned(s.size.into())),
+            ];
+            ("access", f)
+        }
+        Event::Call { callsite, target, sp } => {
+            ("call", vec![("callsite", Hex(callsite)), ("target", Hex(target)), ("sp", Hex(sp))])
+        }
+        Event::TailCall { callsite, target, sp } => {
+            ("tailcall", vec![("callsite", Hex(callsite)), ("target", Hex(target)), ("sp", Hex(sp))])
+        }
+        Event::Return { sp } => ("return", vec![("sp", Hex(sp))]),
+        Event::Alloc(a) => (
+            "alloc",
+            vec![
+                ("fn", Text(a.kind.name().to_string())),
+                ("size", Unsigned(a.size)),
+                ("align", Unsigned(a.align)),
+                ("in", Hex(a.ptr_in)),
+                ("out", Hex(a.ptr_out)),
+                ("callsite", Hex(a.callsite)),
+            ],
+        ),
+        Event::InvocationStart { index, pc, sp } => {
+            ("invocation-start", vec![("index", Unsigned(index.into())), ("pc", Hex(pc)), ("sp", Hex(sp))])
+        }
+        Event::InvocationEnd { index } => ("invocation-end", vec![("index", Unsigned(index.into()))]),
+        Event::InvocationSkipped { pc } => ("invocation-skipped", vec![("pc", Hex(pc))]),
+        Event::ThreadStart { parent } => ("thread-start", vec![("parent", Unsigned(parent.into()))]),
+        Event::ThreadExit { status } => ("thread-exit", vec![("status", Signed(status.into()))]),
+        Event::Signal { signo, pc, addr } => {
+            ("signal", vec![("signo", Signed(signo.into())), ("pc", Hex(pc)), ("addr", Hex(addr))])
+        }
+        Event::Stepped { count } => ("stepped", vec![("count", Unsigned(count))]),
+        Event::Truncated { reason } => {
+            let r = match reason {
+                TruncationReason::Interrupted => "interrupted",
+                TruncationReason::TargetKilled => "target-killed",
+                TruncationReason::RecorderStopped => "recorder-stopped",
+            };
+            ("truncated", vec![("reason", Text(r.to_string()))])
+        }
+        Event::Exec { path } => {
+            let p = strings.get(path as usize).cloned().unwrap_or_default();
+            ("exec", vec![("path", Text(p))])
+        }
+    }
+}
+
+/// `key=value` text; strings are quoted (JSON rules) when they could be
+/// mistaken for more fields.
+fn text_value(f: &Field) -> String {
+    match f {
+        Field::Hex(v) => format!("{v:#x}"),
+        Field::Unsigned(v) => v.to_string(),
+        Field::Signed(v) => v.to_string(),
+        Field::Text(s) if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_".contains(c)) => {
+            s.clone()
+        }
+        Field::Text(s) => Value::String(s.clone()).to_string(),
+    }
+}
+
+fn json_value(f: Field) -> Value {
+    match f {
+        Field::Hex(v) => Value::String(format!("{v:#x}")),
+        Field::Unsigned(v) => Value::from(v),
+        Field::Signed(v) => Value::from(v),
+        Field::Text(s) => Value::String(s),
+    }
+}
+
 /// Prints one line per event.
 pub fn dump(args: DumpArgs) -> Result<()> {
-    use trace_rt::format::{Event, TraceReader};
     let mut reader = TraceReader::open(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut n = 0u64;
@@ -17,48 +135,38 @@ pub fn dump(args: DumpArgs) -> Result<()> {
             break;
         }
         n += 1;
-        match rec.event {
-            Event::Access { site, addr } => {
-                let s = reader.sites()[site as usize];
-                writeln!(out, "{} access {:?} pc={:#x} addr={addr:#x} size={}", rec.thread, s.kind, s.pc, s.size)?;
+        let (name, list) = fields(&rec, reader.sites(), reader.strings());
+        if args.json {
+            let mut obj = Map::new();
+            obj.insert("thread".into(), Value::from(rec.thread));
+            obj.insert("event".into(), Value::from(name));
+            for (k, v) in list {
+                obj.insert(k.into(), json_value(v));
             }
-            Event::AccessSized { site, addr, size } => {
-                let s = reader.sites()[site as usize];
-                writeln!(
-                    out,
-                    "{} access {:?} pc={:#x} addr={addr:#x} size={size} elem={} rep",
-                    rec.thread, s.kind, s.pc, s.size
-                )?;
+            writeln!(out, "{}", Value::Object(obj))?;
+        } else {
+            write!(out, "{} {name}", rec.thread)?;
+            for (k, v) in &list {
+                write!(out, " {k}={}", text_value(v))?;
             }
-            Event::Alloc(a) => writeln!(
-                out,
-                "{} alloc {} size={} align={} in={:#x} out={:#x} callsite={:#x}",
-                rec.thread,
-                a.kind.name(),
-                a.size,
-                a.align,
-                a.ptr_in,
-                a.ptr_out,
-                a.callsite
-            )?,
-            Event::Call { callsite, target, sp } => {
-                writeln!(out, "{} call callsite={callsite:#x} target={target:#x} sp={sp:#x}", rec.thread)?
-            }
-            Event::TailCall { callsite, target, sp } => {
-                writeln!(out, "{} tailcall callsite={callsite:#x} target={target:#x} sp={sp:#x}", rec.thread)?
-            }
-            Event::Return { sp } => writeln!(out, "{} return sp={sp:#x}", rec.thread)?,
-            Event::InvocationStart { index, pc, sp } => {
-                writeln!(out, "{} invocation-start index={index} pc={pc:#x} sp={sp:#x}", rec.thread)?
-            }
-            Event::Signal { signo, pc, addr } => {
-                writeln!(out, "{} signal signo={signo} pc={pc:#x} addr={addr:#x}", rec.thread)?
-            }
-            other => writeln!(out, "{} {other:?}", rec.thread)?,
+            writeln!(out)?;
         }
     }
-    if let Some(end) = reader.end() {
-        writeln!(out, "# end: {}", end.describe())?;
+    let status = reader.end().map(|e| e.describe());
+    if args.json {
+        let damage: Vec<Value> = reader
+            .damage()
+            .iter()
+            .map(|d| serde_json::json!({"offset": d.offset, "bytes": d.bytes, "what": d.what}))
+            .collect();
+        writeln!(out, "{}", serde_json::json!({"event": "end", "status": status, "damage": damage}))?;
+    } else {
+        if let Some(s) = status {
+            writeln!(out, "# end: {s}")?;
+        }
+        if !reader.damage().is_empty() {
+            writeln!(out, "# damage: {}", Damage::describe(reader.damage()))?;
+        }
     }
     Ok(())
 }

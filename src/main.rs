@@ -3,6 +3,7 @@
 
 mod cli;
 mod dump;
+mod output;
 mod progress;
 mod record;
 mod render;

@@ -1,17 +1,25 @@
 //! `linetrace record`: run a program under the ptrace tracer.
 
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
 use crate::cli::RecordArgs;
+use crate::output::{self, PendingOutput, Replace};
+
+/// Where a trace goes when no `-o` is given.
+const DEFAULT_OUTPUT: &str = "trace.lntrace";
 
 /// Records a trace; returns the exit code of the traced program.
 pub fn record(args: RecordArgs) -> Result<ExitCode> {
     instrument::interrupt::install().context("installing signal handlers")?;
     let mut command = args.command.into_iter();
-    let program = command.next().context("no program given")?;
+    let program: PathBuf = command.next().context("no program given")?.into();
+    let path = args.output.unwrap_or_else(|| output::numbered(Path::new(DEFAULT_OUTPUT)));
+    let replace = if args.force { Replace::Anything } else { Replace::TracesOnly };
+    let out = PendingOutput::new(&path, &[&program], replace)?;
     let show_progress = !args.quiet;
     let tty = std::io::stderr().is_terminal();
     let progress: Box<dyn FnMut(&instrument::Progress)> = Box::new(move |p: &instrument::Progress| {
@@ -29,23 +37,44 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
             eprintln!("{line}");
         }
     });
-    let output = args.output.clone();
-    let summary = instrument::record(instrument::RecordOptions {
-        program: program.into(),
+    let result = instrument::record(instrument::RecordOptions {
+        program,
         args: command.collect(),
         function: Some(args.function),
-        output: args.output,
+        output: out.partial().to_path_buf(),
         max_invocations: args.max_invocations,
         progress: Some(progress),
-    })?;
+    });
     if tty && show_progress {
         eprint!("\r\x1b[K");
     }
-    if summary.invocations == 0 {
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            // A partial trace of a run that went wrong can still be read.
+            if out.partial().metadata().is_ok_and(|m| m.len() > 0) {
+                eprintln!("linetrace: what was recorded is in {}", out.partial().display());
+            } else {
+                out.abandon();
+            }
+            return Err(e.into());
+        }
+    };
+    let final_path = out.path().to_path_buf();
+    out.commit()?;
+    if args.max_invocations == Some(0) {
+        eprintln!("linetrace: --max-invocations 0: no invocation traced, as asked");
+    } else if summary.invocations == 0 {
         eprintln!(
             "linetrace: warning: no invocation of {} was traced (never called?); the trace has no accesses",
             summary.function
         );
+    }
+    if let Some(note) = skipped_note(&summary.skipped_invocations) {
+        eprintln!("linetrace: {note}");
+    }
+    if let Some(program) = &summary.exec {
+        eprintln!("linetrace: the program exec'd {program}; tracing stopped there and the new program ran untraced");
     }
     if show_progress {
         let state = match summary.truncated {
@@ -58,12 +87,29 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
             summary.function,
             summary.instructions,
             summary.accesses,
-            output.display(),
+            final_path.display(),
             summary.trace_bytes
         );
+    }
+    // Interrupted: exit as a shell reports death by that signal (130 for
+    // Ctrl-C), not as the target we had to kill.
+    let interrupted_by = instrument::interrupt::signal();
+    if summary.truncated == Some(instrument::TruncationReason::Interrupted) && interrupted_by > 0 {
+        return Ok(ExitCode::from((128 + interrupted_by) as u8));
     }
     Ok(match summary.exit {
         instrument::TargetExit::Code(c) => ExitCode::from(c as u8),
         instrument::TargetExit::Signal(s) => ExitCode::from((128 + s) as u8),
+    })
+}
+
+/// "9 invocations on 3 other threads were not traced ...", if any were.
+pub fn skipped_note(skipped: &std::collections::BTreeMap<u32, u64>) -> Option<String> {
+    let total: u64 = skipped.values().sum();
+    (total > 0).then(|| {
+        format!(
+            "{total} invocation(s) on {} other thread(s) were not traced (one thread is stepped at a time)",
+            skipped.len()
+        )
     })
 }

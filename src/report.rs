@@ -18,7 +18,13 @@ struct Report<'a> {
     metadata: &'a trace_rt::format::Metadata,
     status: String,
     truncated: bool,
+    /// Unreadable regions skipped.
+    damage: Vec<DamageRow>,
     exit: Option<instrument::TargetExit>,
+    /// The program the target exec'd into.
+    exec: Option<&'a str>,
+    /// Entries into the function on other threads that were not traced.
+    skipped_invocations: u64,
     columns: u64,
     line_size: u32,
     threads: &'a std::collections::BTreeMap<u32, decoder::summary::Totals>,
@@ -33,15 +39,23 @@ struct Report<'a> {
     by_allocation: Option<Vec<AllocationSiteRow>>,
 }
 
+/// A damaged region, for JSON.
+#[derive(Serialize)]
+struct DamageRow {
+    offset: u64,
+    bytes: u64,
+    what: String,
+}
+
 /// Prints the report of a trace.
 pub fn report(args: ReportArgs) -> Result<()> {
     let model = decode(&args.file, &args.decode)?;
-    let mut symbols = Symbolizer::new(&model.modules);
+    let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
     let (mut by_function, mut by_line, mut by_allocation) = (None, None, None);
     match args.by {
-        Some(ReportGrouping::Function) => by_function = Some(access_table(&model, &mut symbols, Grouping::Function)),
-        Some(ReportGrouping::Line) => by_line = Some(access_table(&model, &mut symbols, Grouping::Line)),
-        Some(ReportGrouping::Allocation) => by_allocation = Some(allocation_table(&model, &mut symbols)),
+        Some(ReportGrouping::Function) => by_function = Some(access_table(&model, &symbols, Grouping::Function)),
+        Some(ReportGrouping::Line) => by_line = Some(access_table(&model, &symbols, Grouping::Line)),
+        Some(ReportGrouping::Allocation) => by_allocation = Some(allocation_table(&model, &symbols)),
         None => {}
     }
     let exit = match &model.end {
@@ -51,9 +65,16 @@ pub fn report(args: ReportArgs) -> Result<()> {
     let report = Report {
         trace: args.file.display().to_string(),
         metadata: &model.metadata,
-        status: model.end.describe(),
+        status: model.status_note().unwrap_or_else(|| "complete".to_string()),
         truncated: model.end.is_truncated(),
+        damage: model
+            .damage
+            .iter()
+            .map(|d| DamageRow { offset: d.offset, bytes: d.bytes, what: d.what.clone() })
+            .collect(),
         exit,
+        exec: model.exec.as_deref(),
+        skipped_invocations: model.total.skipped_invocations,
         columns: model.columns,
         line_size: model.working_set.config.line_size,
         threads: &model.threads,
@@ -85,6 +106,18 @@ pub fn report(args: ReportArgs) -> Result<()> {
         None => "unknown (recording did not see the end)".to_string(),
     };
     writeln!(out, "target:     {exit}")?;
+    if let Some(program) = report.exec {
+        writeln!(out, "exec:       {program} (tracing stopped there)")?;
+    }
+    let skipped: std::collections::BTreeMap<u32, u64> = report
+        .threads
+        .iter()
+        .filter(|(_, t)| t.skipped_invocations > 0)
+        .map(|(&tid, t)| (tid, t.skipped_invocations))
+        .collect();
+    if let Some(note) = crate::record::skipped_note(&skipped) {
+        writeln!(out, "note:       {note}")?;
+    }
     writeln!(out)?;
     let row = |out: &mut dyn Write, name: &str, t: &decoder::summary::Totals| {
         writeln!(
@@ -138,7 +171,11 @@ pub fn report(args: ReportArgs) -> Result<()> {
             writeln!(
                 out,
                 "{:>12} {:>12} {:>12} {:>12}  {}",
-                r.self_reads, r.total_reads, r.self_writes, r.total_writes, r.key
+                r.self_reads,
+                r.total_reads,
+                r.self_writes,
+                r.total_writes,
+                r.label()
             )?;
         }
     }

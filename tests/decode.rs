@@ -176,17 +176,19 @@ fn work_lines(program: &std::path::Path, debug_root: &std::path::Path) -> (Vec<S
     let trace = trace_path(&format!("sym-{}", program.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
     assert!(record(program, "work", &[], &trace).status.success());
     let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
-    let mut symbols = decoder::symbols::Symbolizer::with_debug_root(&model.modules, debug_root);
-    let mut lines: Vec<String> = decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Line)
+    let symbols = decoder::symbols::Symbolizer::with_paths(
+        &model.modules,
+        decoder::symbols::SymbolPaths { debug_roots: vec![debug_root.to_path_buf()], module_dirs: vec![] },
+    );
+    let mut lines: Vec<String> = decoder::tables::access_table(&model, &symbols, decoder::tables::Grouping::Line)
         .into_iter()
         .map(|r| r.key)
         .collect();
     lines.sort();
-    let functions: Vec<String> =
-        decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Function)
-            .into_iter()
-            .map(|r| r.key)
-            .collect();
+    let functions: Vec<String> = decoder::tables::access_table(&model, &symbols, decoder::tables::Grouping::Function)
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
     (lines, functions, symbols.warnings().to_vec())
 }
 
@@ -237,8 +239,11 @@ fn symbolization_reads_every_form_of_debug_info() {
     let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let other = c_example("array_sweep", &["-O1"]);
     std::fs::copy(&other, &rebuilt).expect("rebuild");
-    let mut symbols = decoder::symbols::Symbolizer::with_debug_root(&model.modules, &no_root);
-    let rows = decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Function);
+    let symbols = decoder::symbols::Symbolizer::with_paths(
+        &model.modules,
+        decoder::symbols::SymbolPaths { debug_roots: vec![no_root.clone()], module_dirs: vec![] },
+    );
+    let rows = decoder::tables::access_table(&model, &symbols, decoder::tables::Grouping::Function);
     assert!(rows.iter().all(|r| r.key != "work"), "stale names must not show: {rows:?}");
     assert!(symbols.warnings().iter().any(|w| w.contains("changed since the recording")), "{:?}", symbols.warnings());
 

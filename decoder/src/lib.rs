@@ -13,8 +13,8 @@
 //! use decoder::model::{DecodeOptions, Model};
 //! let model = Model::decode(std::path::Path::new("work.lntrace"), &DecodeOptions::default(), &mut |_| {})?;
 //! println!("{} reads, {} line fetches", model.total.reads, model.metrics.line_fetches);
-//! let mut symbols = decoder::symbols::Symbolizer::new(&model.modules);
-//! for row in decoder::tables::access_table(&model, &mut symbols, decoder::tables::Grouping::Function) {
+//! let symbols = decoder::symbols::Symbolizer::new(&model.modules);
+//! for row in decoder::tables::access_table(&model, &symbols, decoder::tables::Grouping::Function) {
 //!     println!("{} {}", row.key, row.total_reads);
 //! }
 //! # Ok::<(), decoder::DecodeError>(())

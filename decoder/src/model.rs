@@ -28,7 +28,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use trace_rt::format::{AllocKind, Event, Metadata, Module, Site, TraceEnd, TraceReader};
+use trace_rt::format::{AllocKind, Damage, Event, Metadata, Module, Site, TraceEnd, TraceReader};
 
 use crate::DecodeError;
 use crate::calltree::{CallTree, CallTreeBuilder, Frame, OpenStack};
@@ -192,6 +192,10 @@ pub struct Model {
     pub metadata: Metadata,
     /// How the trace ended.
     pub end: TraceEnd,
+    /// Regions of the file skipped as unreadable (their events are lost).
+    pub damage: Vec<Damage>,
+    /// The program the target exec'd into, ending the recording.
+    pub exec: Option<String>,
     /// The static site table.
     pub sites: Vec<Site>,
     /// Mapped modules (for symbolization).
@@ -252,6 +256,8 @@ impl Model {
             trace_path: path.to_path_buf(),
             metadata: reader.metadata().clone(),
             end,
+            damage: reader.damage().to_vec(),
+            exec: b.exec.and_then(|id| reader.strings().get(id as usize).cloned()),
             sites: reader.sites().to_vec(),
             modules: reader.modules().to_vec(),
             site_counts: b.site_counts,
@@ -263,6 +269,19 @@ impl Model {
             threads,
             total,
         })
+    }
+
+    /// How the trace ended, and what of it was unreadable, for people:
+    /// `None` for a complete, undamaged trace.
+    pub fn status_note(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.end.is_truncated() {
+            parts.push(self.end.describe());
+        }
+        if !self.damage.is_empty() {
+            parts.push(format!("damaged: {}", Damage::describe(&self.damage)));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     /// A reader positioned at the last snapshot at or before column `from`.
@@ -386,6 +405,8 @@ struct Builder {
     snapshots: Vec<Snapshot>,
     snapshot_every: u64,
     chunk_serial: u64,
+    /// String id of the program exec'd into.
+    exec: Option<u32>,
 }
 
 impl Builder {
@@ -407,6 +428,7 @@ impl Builder {
             snapshots: Vec::new(),
             snapshot_every: options.snapshot_every.max(1),
             chunk_serial: 0,
+            exec: None,
         }
     }
 
@@ -450,6 +472,8 @@ impl Builder {
                 }
                 Event::Stepped { count } => totals.instructions += count,
                 Event::Signal { .. } => totals.signals += 1,
+                Event::InvocationSkipped { .. } => totals.skipped_invocations += 1,
+                Event::Exec { path } => self.exec = Some(path),
                 _ => {}
             }
         }

@@ -387,7 +387,7 @@ pub fn frame_colour(name: &str) -> Colour {
 /// on top, names where they fit, a line where each invocation starts.
 pub fn rasterize_flamegraph(
     frames: &[Frame],
-    symbols: &mut Symbolizer,
+    symbols: &Symbolizer,
     columns: (f64, f64),
     width: u32,
     height: u32,
@@ -487,7 +487,7 @@ pub struct RenderOptions {
 /// scale, a separator line between them.
 pub fn render(
     model: &Model,
-    symbols: &mut Symbolizer,
+    symbols: &Symbolizer,
     options: &RenderOptions,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Image, DecodeError> {

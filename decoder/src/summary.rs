@@ -23,6 +23,9 @@ pub struct Totals {
     pub invocations: u64,
     /// Signals delivered while tracing.
     pub signals: u64,
+    /// Entries into the traced function on this thread that were not
+    /// traced because another thread was being traced.
+    pub skipped_invocations: u64,
 }
 
 impl Totals {
@@ -36,5 +39,6 @@ impl Totals {
         self.allocations += other.allocations;
         self.invocations += other.invocations;
         self.signals += other.signals;
+        self.skipped_invocations += other.skipped_invocations;
     }
 }

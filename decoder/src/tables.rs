@@ -3,7 +3,9 @@
 //! "Self" counts are the accesses of instructions in the function (line);
 //! "total" adds the accesses of everything it called. Recursion is counted
 //! once: a frame whose ancestor is the same function (call instruction)
-//! adds nothing to the total.
+//! adds nothing to the total. Compiler fragments (`f.cold`, `f.part.0`,
+//! `f(int) [clone .isra.0]`) are code of their function: their accesses
+//! count in its row, which lists the fragment kinds (`f [cold]`).
 
 use std::collections::HashMap;
 
@@ -11,6 +13,7 @@ use serde::Serialize;
 
 use crate::model::Model;
 use crate::symbols::Symbolizer;
+use crate::symbols::names::{display_with_fragments, split_fragment};
 
 /// One row of a per-function or per-line table.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -27,6 +30,17 @@ pub struct AccessRow {
     pub total_writes: u64,
     /// Bytes read by its own instructions.
     pub self_bytes_read: u64,
+    /// Kinds of compiler fragments whose accesses are in the row (`cold`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fragments: Vec<String>,
+}
+
+impl AccessRow {
+    /// The key with its fragment kinds, for people: `thrower [cold]`.
+    pub fn label(&self) -> String {
+        let kinds: Vec<&str> = self.fragments.iter().map(String::as_str).collect();
+        display_with_fragments(&self.key, &kinds)
+    }
 }
 
 /// One row of the per-allocation-site table.
@@ -56,21 +70,33 @@ pub enum Grouping {
 }
 
 /// Reads and writes grouped by function or source line, most reads first.
-pub fn access_table(model: &Model, symbols: &mut Symbolizer, grouping: Grouping) -> Vec<AccessRow> {
-    let key = |symbols: &mut Symbolizer, pc: u64| {
+pub fn access_table(model: &Model, symbols: &Symbolizer, grouping: Grouping) -> Vec<AccessRow> {
+    // (row key, fragment kind of this pc's function)
+    let key = |symbols: &Symbolizer, pc: u64| -> (String, Vec<&'static str>) {
         let l = symbols.locate(pc);
         match grouping {
-            Grouping::Function => l.function.clone(),
-            Grouping::Line => l.file_line(),
+            Grouping::Function => {
+                let (base, kinds) = split_fragment(&l.function);
+                (base.to_string(), kinds)
+            }
+            Grouping::Line => (l.file_line(), Vec::new()),
         }
     };
     let mut rows: HashMap<String, AccessRow> = HashMap::new();
+    let note = |row: &mut AccessRow, kinds: Vec<&'static str>| {
+        for k in kinds {
+            if !row.fragments.iter().any(|f| f == k) {
+                row.fragments.push(k.to_string());
+            }
+        }
+    };
     for (site, counts) in model.sites.iter().zip(&model.site_counts) {
         if counts.reads == 0 && counts.writes == 0 {
             continue;
         }
-        let k = key(symbols, site.pc);
+        let (k, kinds) = key(symbols, site.pc);
         let row = rows.entry(k.clone()).or_insert_with(|| AccessRow { key: k, ..AccessRow::default() });
+        note(row, kinds);
         row.self_reads += counts.reads;
         row.self_writes += counts.writes;
         row.self_bytes_read += counts.bytes_read;
@@ -83,7 +109,14 @@ pub fn access_table(model: &Model, symbols: &mut Symbolizer, grouping: Grouping)
     };
     let mut extra: HashMap<String, (u64, u64)> = HashMap::new();
     for (&pc, totals) in inclusive {
-        let e = extra.entry(key(symbols, pc)).or_default();
+        // A fragment is entered from its function (a jump, or a call whose
+        // frame is inside the function's): its inclusive count is part of
+        // the function's, so only whole functions add here.
+        let (k, kinds) = key(symbols, pc);
+        if !kinds.is_empty() {
+            continue;
+        }
+        let e = extra.entry(k).or_default();
         e.0 += totals.reads;
         e.1 += totals.writes;
     }
@@ -117,7 +150,7 @@ pub fn access_table(model: &Model, symbols: &mut Symbolizer, grouping: Grouping)
 }
 
 /// Blocks, bytes, reads and writes per allocation site, most reads first.
-pub fn allocation_table(model: &Model, symbols: &mut Symbolizer) -> Vec<AllocationSiteRow> {
+pub fn allocation_table(model: &Model, symbols: &Symbolizer) -> Vec<AllocationSiteRow> {
     let mut rows: HashMap<String, AllocationSiteRow> = HashMap::new();
     for a in &model.allocations {
         let l = symbols.locate(a.callsite);

@@ -59,13 +59,13 @@ proptest! {
         w.finish(&Trailer::default()).expect("finish");
         let options = DecodeOptions { snapshot_every: 3, ..DecodeOptions::default() };
         if let Ok(model) = Model::decode(&path, &options, &mut |_| {}) {
-            let mut symbols = Symbolizer::new(&model.modules);
-            let _ = access_table(&model, &mut symbols, Grouping::Function);
-            let _ = access_table(&model, &mut symbols, Grouping::Line);
-            let _ = allocation_table(&model, &mut symbols);
+            let symbols = Symbolizer::new(&model.modules);
+            let _ = access_table(&model, &symbols, Grouping::Function);
+            let _ = access_table(&model, &symbols, Grouping::Line);
+            let _ = allocation_table(&model, &symbols);
             if model.columns > 0 {
                 let options = RenderOptions { width: 64, height: 48, columns: None, alpha: 0.5 };
-                let drawn = render(&model, &mut symbols, &options, &mut |_, _| {});
+                let drawn = render(&model, &symbols, &options, &mut |_, _| {});
                 prop_assert!(drawn.is_ok(), "render failed: {:?}", drawn.err());
             }
         }

@@ -88,9 +88,16 @@ pub fn decode(bytes: &[u8], pc: u64, factory: &mut InstructionInfoFactory) -> Op
         }
         _ => None,
     };
+    // iced files `syscall`/`sysenter` under calls and `sysret`/`iret` under
+    // returns; for the call tree only real calls and returns make frames.
+    let flow = match instr.flow_control() {
+        FlowControl::Call if instr.mnemonic() != Mnemonic::Call => FlowControl::Next,
+        FlowControl::Return if !matches!(instr.mnemonic(), Mnemonic::Ret | Mnemonic::Retf) => FlowControl::Next,
+        other => other,
+    };
     Some(DecodedInstruction {
         len: instr.len() as u8,
-        flow: instr.flow_control(),
+        flow,
         branch_target,
         operands,
         rep_string,
@@ -279,6 +286,8 @@ mod tests {
         assert!(!dec(&[0xa4]).rep_string, "movsb without rep");
         assert!(!dec(&[0xf2, 0x0f, 0x10, 0x00]).rep_string, "movsd xmm0,[rax] is SSE");
         assert!(dec(&[0x0f, 0x05]).syscall);
+        assert_eq!(dec(&[0x0f, 0x05]).flow, FlowControl::Next, "a system call makes no frame");
+        assert_eq!(dec(&[0xc3]).flow, FlowControl::Return);
         let call = dec(&[0xe8, 0x10, 0, 0, 0]);
         assert_eq!(call.flow, FlowControl::Call);
         assert_eq!(call.branch_target, Some(0x1015));

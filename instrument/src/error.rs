@@ -1,69 +1,67 @@
 use std::path::PathBuf;
 
-/// Everything that can make recording fail.
+/// Everything that can make recording fail. Causes are `#[source]`s, not
+/// part of the message, so a chain prints each of them once.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InstrumentError {
-    /// A file could not be read.
-    #[error("cannot read {path}: {cause}")]
-    Io {
+    /// The trace file could not be created.
+    #[error("cannot create {path}")]
+    Create {
         /// The file.
         path: PathBuf,
         /// Why.
+        #[source]
         cause: std::io::Error,
     },
     /// The program could not be started.
-    #[error("cannot run {program}: {cause}")]
+    #[error("cannot run {program}")]
     Spawn {
         /// The program as given.
         program: String,
         /// Why.
+        #[source]
         cause: std::io::Error,
     },
-    /// The file is not an ELF executable.
-    #[error("{0} is not an ELF executable")]
-    NotElf(PathBuf),
-    /// The file is ELF for another machine.
-    #[error("{path} is a {arch} executable; linetrace traces x86-64 only")]
-    WrongArchitecture {
-        /// The file.
-        path: PathBuf,
-        /// Its architecture.
-        arch: String,
+    /// Reading symbols or finding the function failed.
+    #[error(transparent)]
+    Symbols(#[from] decoder::symbols::SymbolError),
+    /// `-f MODULE:NAME` named a module the process does not map.
+    #[error("no module named '{module}' is loaded when the program starts; loaded: {loaded}")]
+    ModuleNotLoaded {
+        /// The module asked for.
+        module: String,
+        /// The modules mapped.
+        loaded: String,
     },
-    /// The executable has no function symbols at all.
-    #[error("{0} has no symbol table (stripped?): cannot find the function to trace; rebuild without -s")]
-    Stripped(PathBuf),
-    /// No symbol matched.
-    #[error("no function named '{name}' in {path}; closest: {closest}")]
-    FunctionNotFound {
-        /// What the user asked for.
+    /// An IFUNC whose selected implementation could not be found.
+    #[error("cannot tell which implementation of {name} the program uses; name one of: {options}")]
+    UnresolvedIfunc {
+        /// The IFUNC.
         name: String,
-        /// The executable.
-        path: PathBuf,
-        /// The nearest names.
-        closest: String,
+        /// Its likely implementations.
+        options: String,
     },
-    /// Several functions matched.
-    #[error("'{name}' matches several functions, name one: {candidates}")]
-    AmbiguousFunction {
-        /// What the user asked for.
-        name: String,
-        /// The candidates.
-        candidates: String,
+    /// The program ended before the function could be looked up.
+    #[error("the program ended before linetrace could look up '{function}' in its libraries")]
+    EndedBeforeStart {
+        /// The function asked for.
+        function: String,
     },
     /// A ptrace or wait call failed.
-    #[error("tracing failed ({what}): {cause}")]
+    #[error("tracing failed ({what})")]
     Ptrace {
         /// What was being done.
         what: &'static str,
         /// The system error.
+        #[source]
         cause: std::io::Error,
     },
     /// The process map did not contain the executable.
     #[error("cannot find {0} in the target's memory map")]
     NotMapped(PathBuf),
     /// Writing the trace failed.
-    #[error("writing the trace: {0}")]
+    #[error("writing the trace")]
     Trace(#[from] trace_rt::format::FormatError),
 }
 

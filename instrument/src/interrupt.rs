@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static TARGET: AtomicI32 = AtomicI32::new(0);
 
 /// Installs the handlers (idempotent per signal registration; call once).
@@ -16,7 +17,8 @@ pub fn install() -> std::io::Result<()> {
         // SAFETY: the action only does atomic operations and kill(2), both
         // async-signal-safe.
         unsafe {
-            signal_hook::low_level::register(sig, || {
+            signal_hook::low_level::register(sig, move || {
+                SIGNAL.store(sig, Ordering::SeqCst);
                 REQUESTED.store(true, Ordering::SeqCst);
                 let pid = TARGET.load(Ordering::SeqCst);
                 if pid > 0 {
@@ -32,6 +34,11 @@ pub fn install() -> std::io::Result<()> {
 #[inline]
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::Relaxed)
+}
+
+/// The signal that interrupted the recording (0: none).
+pub fn signal() -> i32 {
+    SIGNAL.load(Ordering::SeqCst)
 }
 
 /// Tells the handler which process to kill (0: none).

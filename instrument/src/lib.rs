@@ -13,8 +13,12 @@
 //!   recorded with their arguments and result; the allocator's own loads
 //!   stay out of the trace.
 //! - Only the thread that entered the function is stepped; other threads
-//!   run freely (an invocation that starts on another thread while one is
-//!   being stepped is not traced).
+//!   run freely. An invocation that starts on another thread while one is
+//!   being stepped is not traced, but counted (`InvocationSkipped` events):
+//!   the entry breakpoint stays armed while a thread is stepped.
+//! - A SIGTRAP the program raises itself (`int3`, `raise`) is told from
+//!   ours by its `si_code` and delivered.
+//! - `exec` ends tracing: the new program runs untraced.
 //! - Whatever happens to the target (crash, kill) or to the recorder (SIGINT,
 //!   SIGTERM), the trace file stays readable: events are flushed at least once
 //!   a second and the reader stops cleanly at the last complete chunk.
@@ -33,14 +37,16 @@
 //! ```
 
 mod decode;
+pub mod entry;
 mod error;
+pub mod inject;
 pub mod interrupt;
 mod maps;
-pub mod symbols;
 pub mod sys;
 mod tracer;
 mod vector;
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -55,9 +61,10 @@ pub struct RecordOptions {
     /// Its arguments.
     pub args: Vec<OsString>,
     /// Function to trace (default `main`): exact name, demangled name, or a
-    /// unique substring.
+    /// unique substring, optionally `MODULE:` first to look in a library.
     pub function: Option<String>,
-    /// Trace file to write.
+    /// Trace file to write; created only once the target has started and
+    /// the function is found.
     pub output: PathBuf,
     /// Trace at most this many invocations (default: all).
     pub max_invocations: Option<u32>,
@@ -96,6 +103,11 @@ pub struct RecordSummary {
     pub accesses: u64,
     /// Invocations traced.
     pub invocations: u32,
+    /// Invocations not traced because another thread was being traced, by
+    /// thread.
+    pub skipped_invocations: BTreeMap<u32, u64>,
+    /// The program the process exec'd into (tracing stopped there).
+    pub exec: Option<String>,
     /// Size of the trace file.
     pub trace_bytes: u64,
     /// Wall-clock time of the whole run.

@@ -37,14 +37,21 @@ pub fn parse_maps(text: &str) -> Vec<Module> {
     modules
 }
 
+/// Every mapping of `pid`, as `[start, end)` in address order.
+pub fn mapped_ranges(pid: i32) -> std::io::Result<Vec<(u64, u64)>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let (start, end) = l.split_ascii_whitespace().next()?.split_once('-')?;
+            Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+        })
+        .collect())
+}
+
 /// Reads and parses the memory map of `pid`.
 pub fn read_maps(pid: i32) -> std::io::Result<Vec<Module>> {
     Ok(parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
-}
-
-/// The address at which file offset 0 of `module` is mapped.
-pub fn base_address(module: &Module) -> Option<u64> {
-    module.ranges.iter().find(|r| r.file_offset == 0).map(|r| r.start)
 }
 
 /// Finds the module mapped from `path` (comparing canonical paths).
@@ -72,6 +79,6 @@ mod tests {
         assert_eq!(m[0].ranges.len(), 2);
         assert_eq!(m[0].ranges[1].file_offset, 0x1000);
         assert_eq!(m[0].ranges[1].perms, "r-xp");
-        assert_eq!(base_address(&m[1]), Some(0x7f0000000000));
+        assert_eq!(decoder::symbols::elf::module_base(&m[1]), Some(0x7f0000000000));
     }
 }

@@ -2,25 +2,34 @@
 //! traced function, single-steps that thread through the function's dynamic
 //! extent and writes every memory access, call, return and allocation.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use decoder::symbols::{ElfSymbols, SymbolError, SymbolPaths};
 use iced_x86::{FlowControl, InstructionInfoFactory};
 use trace_rt::format::{
     AllocKind, Allocation, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason,
 };
 
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
+use crate::entry::{self, FunctionSpec, LoadedModule, Plan, Resolved};
 use crate::error::ptrace_err;
+use crate::inject::{self, Displaced};
 use crate::maps;
-use crate::symbols::ElfSymbols;
 use crate::sys::{self, Regs, Stop, Tid};
 use crate::{InstrumentError, Progress, RecordOptions, RecordSummary, interrupt};
 
 const INT3: u8 = 0xcc;
+/// `si_code` of the SIGTRAP a single step raises (`TRAP_TRACE`), and of the
+/// one after stepping over a system call (`TRAP_BRKPT`).
+const TRAP_BRKPT: i32 = 1;
+const TRAP_TRACE: i32 = 2;
+/// `si_code` of the SIGTRAP an `int3` raises: our breakpoints, or the
+/// target's own.
+const SI_KERNEL: i32 = 0x80;
 const SYS_MMAP: u64 = 9;
 const SYS_MUNMAP: u64 = 11;
 /// How often buffered events are written out, so that a `kill -9` of the
@@ -63,6 +72,8 @@ enum InvocationEnd {
     ProcessGone(TargetExit),
     /// The user interrupted the recording.
     Interrupted,
+    /// The process called `execve`: what runs now is another program.
+    Exec,
 }
 
 /// A rep-string instruction being stepped: one iteration per step, recorded
@@ -82,6 +93,17 @@ struct Tracer {
     rearm_pending: bool,
     max_invocations: Option<u32>,
     invocations: u32,
+    /// Entries into the function by threads that found another one being
+    /// traced, per thread.
+    skipped: BTreeMap<u32, u64>,
+    /// The program the process exec'd into, if it did.
+    exec: Option<String>,
+    /// A thread that called exec while another was being waited for.
+    exec_by: Option<Tid>,
+    /// The entry instruction, copied for displaced stepping (set up at the
+    /// first entry; `None` until then, or if it cannot be copied).
+    displaced: Option<Displaced>,
+    displaced_tried: bool,
     allocator_entries: HashMap<u64, AllocKind>,
     function_starts: HashSet<u64>,
     code: HashMap<u64, DecodedInstruction>,
@@ -102,48 +124,70 @@ struct Tracer {
 
 pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
     let exe = resolve_program(&options.program)?;
-    let symbols = ElfSymbols::load(&exe)?;
-    let function_name = options.function.clone().unwrap_or_else(|| "main".to_string());
-    let function = symbols.resolve(&function_name, &exe)?.clone();
+    let symbols = ElfSymbols::load(&exe, &SymbolPaths::default())?;
+    let spec = FunctionSpec::parse(options.function.as_deref().unwrap_or("main"));
+    let plan = entry::plan(&spec, &symbols, &exe)?;
 
-    let file =
-        File::create(&options.output).map_err(|e| InstrumentError::Io { path: options.output.clone(), cause: e })?;
     let pid = spawn(&exe, &options)?;
+    // From here on the target exists: any error kills it rather than leave
+    // it stopped under a tracer that is gone.
+    let mut target = Target(pid);
     interrupt::set_target(pid);
     if interrupt::requested() {
         // SAFETY: plain kill(2) of our own child.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+    let modules = maps::read_maps(pid).map_err(ptrace_err("reading the target's memory map"))?;
+    let exe_module = maps::find_module(&modules, &exe).ok_or_else(|| InstrumentError::NotMapped(exe.clone()))?;
+    let bias = symbols.load_bias(exe_module);
+    let started = Instant::now();
+    let resolved = match plan {
+        Plan::InExecutable { address, name } => Resolved { address: address.wrapping_add(bias), name },
+        Plan::Deferred { stop_at } => match run_to(pid, stop_at.wrapping_add(bias))? {
+            Some(tid) => {
+                let loaded = load_modules(pid)?;
+                match entry::resolve_loaded(&spec, &loaded, &mut |addr| sys::peek(tid, addr).ok()) {
+                    Ok(r) => r,
+                    // Not found anywhere, and the executable's own functions
+                    // were unknowable: say that first.
+                    Err(InstrumentError::Symbols(SymbolError::FunctionNotFound { .. })) if !symbols.has_symtab => {
+                        return Err(SymbolError::Stripped(exe).into());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            None => return Err(InstrumentError::EndedBeforeStart { function: spec.name.clone() }),
+        },
+    };
 
+    // Nothing is written unless the target started and the function is known.
+    let file = File::create(&options.output)
+        .map_err(|cause| InstrumentError::Create { path: options.output.clone(), cause })?;
     let mut metadata = Metadata::new("ptrace-singlestep");
     metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
         .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
         .collect();
     metadata.executable = exe.to_string_lossy().into_owned();
     metadata.build_id = symbols.build_id.clone();
-    metadata.function = Some(function.demangled.clone());
+    metadata.function = Some(resolved.name.clone());
     metadata.pid = pid as u32;
     metadata.start_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
 
-    let modules = maps::read_maps(pid).map_err(ptrace_err("reading the target's memory map"))?;
-    let exe_module = maps::find_module(&modules, &exe).ok_or_else(|| InstrumentError::NotMapped(exe.clone()))?;
-    let bias = if symbols.position_independent {
-        maps::base_address(exe_module).unwrap_or(0).wrapping_sub(symbols.first_segment_address)
-    } else {
-        0
-    };
-    let entry = function.address.wrapping_add(bias);
-
     let mut tracer = Tracer {
         pid,
         writer,
-        entry,
+        entry: resolved.address,
         entry_bp: None,
         rearm_pending: false,
         max_invocations: options.max_invocations,
         invocations: 0,
+        skipped: BTreeMap::new(),
+        exec: None,
+        exec_by: None,
+        displaced: None,
+        displaced_tried: false,
         allocator_entries: HashMap::new(),
         function_starts: HashSet::new(),
         code: HashMap::new(),
@@ -156,16 +200,17 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         unflushed_steps: 0,
         accesses: 0,
         last_callsite: 0,
-        started: Instant::now(),
+        started,
         last_flush: Instant::now(),
         progress: options.progress,
         scratch: Vec::new(),
     };
     if tracer.max_invocations != Some(0) {
-        tracer.entry_bp = Some(Breakpoint::insert(pid, entry)?);
+        tracer.entry_bp = Some(Breakpoint::insert(pid, tracer.entry)?);
     }
     sys::resume(pid, 0).map_err(ptrace_err("starting the target"))?;
     let (exit, truncated) = tracer.run()?;
+    target.release();
     // The interrupt may have ended the target in any state; say so.
     let truncated = truncated.or(interrupt::requested().then_some(TruncationReason::Interrupted));
     interrupt::set_target(0);
@@ -173,20 +218,102 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
     let trace_bytes = {
         let trailer = Trailer { exit, truncated };
         let w = tracer.writer.finish(&trailer)?;
-        let file =
-            w.into_inner().map_err(|e| InstrumentError::Io { path: options.output.clone(), cause: e.into_error() })?;
+        let file = w
+            .into_inner()
+            .map_err(|e| InstrumentError::Create { path: options.output.clone(), cause: e.into_error() })?;
         file.metadata().map(|m| m.len()).unwrap_or(0)
     };
     Ok(RecordSummary {
         exit: exit.unwrap_or(TargetExit::Signal(libc::SIGKILL)),
         truncated,
-        function: function.demangled,
+        function: resolved.name,
         instructions: tracer.instructions,
         accesses: tracer.accesses,
         invocations: tracer.invocations,
+        skipped_invocations: tracer.skipped,
+        exec: tracer.exec,
         trace_bytes,
         elapsed: tracer.started.elapsed(),
     })
+}
+
+/// The target process while the recording is set up: killed and reaped if
+/// recording fails before it is handed to the main loop.
+struct Target(Tid);
+
+impl Target {
+    fn release(&mut self) {
+        self.0 = 0;
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: plain kill(2) of our own child.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+            while let Ok((_, Stop::Signal { .. })) = sys::wait(self.0) {}
+        }
+    }
+}
+
+/// Runs a just-started target until one of its threads reaches `address`
+/// (breakpoint removed, registers rewound, the thread left stopped).
+/// Returns that thread, or `None` if the process ended first. New threads
+/// and forked children are let go on; signals are delivered.
+fn run_to(pid: Tid, address: u64) -> Result<Option<Tid>, InstrumentError> {
+    let bp = Breakpoint::insert(pid, address)?;
+    sys::resume(pid, 0).map_err(ptrace_err("starting the target"))?;
+    loop {
+        let (tid, stop) = sys::wait(-1).map_err(ptrace_err("waiting for the target"))?;
+        match stop {
+            Stop::Exited(_) | Stop::Killed(_) if tid == pid => return Ok(None),
+            Stop::Exited(_) | Stop::Killed(_) => {}
+            Stop::Signal { signo: libc::SIGTRAP, event: 0 } => {
+                let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                if regs.rip.wrapping_sub(1) == address {
+                    bp.remove(tid)?;
+                    regs.rip = address;
+                    sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding to the entry"))?;
+                    return Ok(Some(tid));
+                }
+                let _ = sys::resume(tid, libc::SIGTRAP);
+            }
+            Stop::Signal { signo, event: 0 } if signo != libc::SIGSTOP => {
+                let _ = sys::resume(tid, signo);
+            }
+            Stop::Signal { event, .. } => {
+                if event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK {
+                    if let Ok(child) = sys::event_msg(tid) {
+                        let child = child as Tid;
+                        let _ = sys::wait(child);
+                        if event == libc::PTRACE_EVENT_FORK {
+                            let _ = bp.remove(child);
+                        }
+                        let _ = sys::detach(child);
+                    }
+                }
+                let _ = sys::resume(tid, 0);
+            }
+        }
+    }
+}
+
+/// Reads the module map of `pid` with every module's symbols.
+fn load_modules(pid: Tid) -> Result<Vec<LoadedModule>, InstrumentError> {
+    let modules = maps::read_maps(pid).map_err(ptrace_err("reading the target's memory map"))?;
+    let paths = SymbolPaths::default();
+    Ok(modules
+        .into_iter()
+        .filter_map(|mut module| {
+            // A module that cannot be read (deleted, special) has no
+            // functions to trace or name.
+            let symbols = ElfSymbols::load(Path::new(&module.path), &paths).ok()?;
+            module.build_id = symbols.build_id.clone();
+            let bias = symbols.load_bias(&module);
+            Some(LoadedModule { module, symbols, bias })
+        })
+        .collect())
 }
 
 /// Finds the executable the way `execvp` would.
@@ -201,6 +328,11 @@ fn resolve_program(program: &Path) -> Result<PathBuf, InstrumentError> {
     if program.components().count() > 1 || program.is_absolute() {
         return if program.is_file() {
             Ok(program.canonicalize().unwrap_or_else(|_| program.to_path_buf()))
+        } else if program.is_dir() {
+            Err(InstrumentError::Spawn {
+                program: program.display().to_string(),
+                cause: std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory"),
+            })
         } else {
             Err(not_found())
         };
@@ -265,49 +397,156 @@ impl Tracer {
             if let Some(exit) = self.on_process_exit(tid, stop) {
                 return Ok((Some(exit), truncated));
             }
-            if let Stop::Signal { signo: libc::SIGTRAP, event: 0 } = stop {
-                let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
-                if let Some(bp) = self.entry_bp.filter(|bp| regs.rip.wrapping_sub(1) == bp.addr) {
-                    bp.remove(tid)?;
-                    self.entry_bp = None;
-                    regs.rip = bp.addr;
-                    sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding to the entry"))?;
-                    let end = self.trace_invocation(tid, regs)?;
-                    // Many short invocations must not each cost a chunk, but
-                    // a recorder killed between invocations should lose
-                    // little: flush unless that happened moments ago.
-                    if self.last_flush.elapsed() >= INVOCATION_FLUSH_GAP {
-                        self.writer.flush()?;
-                        self.last_flush = Instant::now();
+            if let Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } = stop {
+                return Ok((Some(self.exec_untraced(tid)?), truncated));
+            }
+            if let Some(regs) = self.entry_hit(tid, stop)? {
+                if self.max_invocations.is_some_and(|m| self.invocations >= m) {
+                    // Enough traced: the breakpoint goes for good.
+                    if let Some(bp) = self.entry_bp.take() {
+                        bp.remove(tid)?;
                     }
-                    match end {
-                        InvocationEnd::Returned => {
-                            self.rearm_entry(tid)?;
-                            let _ = sys::resume(tid, 0);
-                        }
-                        // Memory can only be patched through a stopped
-                        // thread: re-arm at the next stop of any thread.
-                        InvocationEnd::ThreadGone => self.rearm_pending = true,
-                        InvocationEnd::ProcessGone(exit) => return Ok((Some(exit), truncated)),
-                        InvocationEnd::Interrupted => {}
-                    }
+                    let _ = sys::resume(tid, 0);
                     continue;
                 }
+                if !self.displaced_tried {
+                    self.prepare_displaced(tid)?;
+                }
+                let end = self.trace_invocation(tid, regs)?;
+                // Many short invocations must not each cost a chunk, but
+                // a recorder killed between invocations should lose
+                // little: flush unless that happened moments ago.
+                if self.last_flush.elapsed() >= INVOCATION_FLUSH_GAP {
+                    self.writer.flush()?;
+                    self.last_flush = Instant::now();
+                }
+                match end {
+                    InvocationEnd::Returned => {
+                        self.update_entry(tid)?;
+                        let _ = sys::resume(tid, 0);
+                    }
+                    // Memory can only be patched through a stopped
+                    // thread: update the breakpoint at the next stop.
+                    InvocationEnd::ThreadGone => self.rearm_pending = true,
+                    InvocationEnd::ProcessGone(exit) => return Ok((Some(exit), truncated)),
+                    InvocationEnd::Interrupted => {}
+                    InvocationEnd::Exec => return Ok((Some(self.exec_untraced(self.pid)?), truncated)),
+                }
+                continue;
             }
             if self.rearm_pending && matches!(stop, Stop::Signal { .. }) {
-                self.rearm_entry(tid)?;
+                self.update_entry(tid)?;
             }
             self.on_background_stop(tid, stop, None)?;
         }
     }
 
-    /// Puts the entry breakpoint back (through stopped thread `tid`) unless
-    /// --max-invocations has been reached.
-    fn rearm_entry(&mut self, tid: Tid) -> Result<(), InstrumentError> {
-        self.rearm_pending = false;
-        if self.entry_bp.is_none() && self.max_invocations.is_none_or(|m| self.invocations < m) {
-            self.entry_bp = Some(Breakpoint::insert(tid, self.entry)?);
+    /// If `stop` is `tid` running into the entry breakpoint: the registers,
+    /// rewound to the entry.
+    fn entry_hit(&mut self, tid: Tid, stop: Stop) -> Result<Option<Regs>, InstrumentError> {
+        let (Stop::Signal { signo: libc::SIGTRAP, event: 0 }, Some(bp)) = (stop, self.entry_bp) else {
+            return Ok(None);
+        };
+        let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+        if regs.rip.wrapping_sub(1) != bp.addr || !raised_by_int3(tid) {
+            return Ok(None);
         }
+        regs.rip = bp.addr;
+        sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding to the entry"))?;
+        Ok(Some(regs))
+    }
+
+    /// Makes the entry breakpoint match what is still to be traced (through
+    /// stopped thread `tid`): armed unless --max-invocations was reached.
+    fn update_entry(&mut self, tid: Tid) -> Result<(), InstrumentError> {
+        self.rearm_pending = false;
+        let wanted = self.max_invocations.is_none_or(|m| self.invocations < m);
+        match (self.entry_bp, wanted) {
+            (None, true) => self.entry_bp = Some(Breakpoint::insert(tid, self.entry)?),
+            (Some(bp), false) => {
+                bp.remove(tid)?;
+                self.entry_bp = None;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The process exec'd a new program: record it on thread `tid`, stop
+    /// tracing and wait for the new program to end.
+    fn exec_untraced(&mut self, tid: Tid) -> Result<TargetExit, InstrumentError> {
+        let path = std::fs::read_link(format!("/proc/{}/exe", self.pid))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "?".to_string());
+        let id = self.writer.add_string(&path);
+        self.writer.push(tid as u32, &Event::Exec { path: id })?;
+        self.writer.flush()?;
+        self.exec = Some(path);
+        // The new image has none of our breakpoints; it runs untraced. It
+        // is still our child, so its exit status can be waited for.
+        self.entry_bp = None;
+        let _ = sys::detach(self.pid);
+        loop {
+            match sys::wait(self.pid) {
+                Ok((_, Stop::Exited(c))) => return Ok(TargetExit::Code(c)),
+                Ok((_, Stop::Killed(s))) => return Ok(TargetExit::Signal(s)),
+                Ok((t, Stop::Signal { signo, .. })) => {
+                    // Stops reported before the detach took effect.
+                    let _ = sys::detach(t);
+                    let _ = signo;
+                }
+                Err(e) => return Err(ptrace_err("waiting for the exec'd program")(e)),
+            }
+        }
+    }
+
+    /// Another thread (`tid`, stopped by the entry breakpoint) entered the
+    /// function while one is traced: count it, and let it run the
+    /// instruction under the breakpoint. Returns a signal to deliver as it
+    /// resumes (0: none).
+    fn skip_invocation(&mut self, tid: Tid, bp: Breakpoint) -> Result<i32, InstrumentError> {
+        *self.skipped.entry(tid as u32).or_default() += 1;
+        self.writer.push(tid as u32, &Event::InvocationSkipped { pc: bp.addr })?;
+        match self.displaced {
+            Some(d) => {
+                let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                regs.rip = bp.addr;
+                sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding a thread"))?;
+                d.step(tid)
+            }
+            None => self.step_over(tid, bp).map(|()| 0),
+        }
+    }
+
+    /// Copies the entry instruction to a scratch page near it (through
+    /// stopped thread `tid`), so no thread ever needs the breakpoint lifted.
+    /// Without it (no page could be mapped, or the instruction cannot move)
+    /// the breakpoint is lifted for a step, a window in which other threads
+    /// can pass uncounted.
+    fn prepare_displaced(&mut self, tid: Tid) -> Result<(), InstrumentError> {
+        self.displaced_tried = true;
+        let Some(bp) = self.entry_bp else { return Ok(()) };
+        let mut code = [0u8; MAX_INSTRUCTION_LEN];
+        let n = sys::read_memory(self.pid, bp.addr, &mut code)
+            .or_else(|_| read_memory_by_words(tid, bp.addr, &mut code))
+            .map_err(ptrace_err("reading the target's code"))?;
+        code[0] = bp.original;
+        if let Some(page) = inject::map_page_near(self.pid, tid, bp.addr)? {
+            self.displaced = Displaced::prepare(tid, bp.addr, &code[..n], page)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the original instruction at breakpoint `bp` in stopped thread
+    /// `tid` (whose pc is rewound to it), then puts the breakpoint back.
+    fn step_over(&mut self, tid: Tid, bp: Breakpoint) -> Result<(), InstrumentError> {
+        let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+        regs.rip = bp.addr;
+        sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding a thread"))?;
+        bp.remove(tid)?;
+        sys::single_step(tid, 0).map_err(ptrace_err("stepping over a breakpoint"))?;
+        let _ = sys::wait(tid);
+        Breakpoint::insert(tid, bp.addr)?;
         Ok(())
     }
 
@@ -349,6 +588,12 @@ impl Tracer {
             resume(0);
             return Ok(());
         }
+        if event == libc::PTRACE_EVENT_EXEC {
+            // Another thread's exec ended every other thread, the traced one
+            // included: the main loop takes over (see `wait_for`).
+            self.exec_by = Some(tid);
+            return Ok(());
+        }
         if event != 0 {
             resume(0);
             return Ok(());
@@ -366,19 +611,20 @@ impl Tracer {
             resume(0);
             return Ok(());
         }
-        if signo == libc::SIGTRAP {
+        if signo == libc::SIGTRAP && raised_by_int3(tid) {
             let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
             let hit = regs.rip.wrapping_sub(1);
             if let Some(bp) = temp_bp.filter(|bp| bp.addr == hit) {
                 // Another thread ran into the breakpoint set for the stepped
                 // thread's allocator return: step it over the original byte.
-                regs.rip = hit;
-                sys::set_regs(tid, &regs).map_err(ptrace_err("rewinding a thread"))?;
-                bp.remove(tid)?;
-                sys::single_step(tid, 0).map_err(ptrace_err("stepping over a breakpoint"))?;
-                let _ = sys::wait(tid);
-                Breakpoint::insert(tid, bp.addr)?;
+                self.step_over(tid, bp)?;
                 resume(0);
+                return Ok(());
+            }
+            if let Some(bp) = self.entry_bp.filter(|bp| bp.addr == hit) {
+                // Another thread entered the function while one is traced.
+                let signo = self.skip_invocation(tid, bp)?;
+                resume(signo);
                 return Ok(());
             }
             if hit == self.entry && self.entry_bp.is_none() {
@@ -448,6 +694,10 @@ impl Tracer {
                 });
             }
             self.on_background_stop(t, stop, temp_bp)?;
+            if self.exec_by.is_some() {
+                // The waited-for thread is gone with the old program.
+                return Ok(Stop::Signal { signo: libc::SIGTRAP, event: libc::PTRACE_EVENT_EXEC });
+            }
         }
     }
 
@@ -455,25 +705,23 @@ impl Tracer {
     /// module. Done at the first entry hit, when the libraries are mapped.
     fn load_modules(&mut self) -> Result<(), InstrumentError> {
         self.modules_loaded = true;
-        let mut modules = maps::read_maps(self.pid).map_err(ptrace_err("reading the target's memory map"))?;
-        for module in modules.iter_mut() {
-            let Ok(symbols) = ElfSymbols::load(Path::new(&module.path)) else {
-                continue;
-            };
-            module.build_id = symbols.build_id.clone();
-            let bias = if symbols.position_independent {
-                maps::base_address(module).unwrap_or(0).wrapping_sub(symbols.first_segment_address)
-            } else {
-                0
-            };
-            for f in &symbols.functions {
-                let addr = f.address.wrapping_add(bias);
+        let loaded = load_modules(self.pid)?;
+        for m in &loaded {
+            for f in &m.symbols.functions {
+                let addr = f.address.wrapping_add(m.bias);
                 self.function_starts.insert(addr);
                 if let Some(kind) = allocator_kind(&f.raw) {
-                    self.allocator_entries.entry(addr).or_insert(kind);
+                    // Aliases of one function (glibc's aligned_alloc is
+                    // memalign) cannot be told apart by address: the
+                    // earlier kind in AllocKind's order names them.
+                    let e = self.allocator_entries.entry(addr).or_insert(kind);
+                    if (kind as u8) < (*e as u8) {
+                        *e = kind;
+                    }
                 }
             }
         }
+        let modules: Vec<_> = loaded.into_iter().map(|m| m.module).collect();
         self.writer.add_modules(&modules);
         Ok(())
     }
@@ -486,6 +734,12 @@ impl Tracer {
             let n = sys::read_memory(self.pid, pc, &mut bytes)
                 .or_else(|_| read_memory_by_words(tid, pc, &mut bytes))
                 .map_err(ptrace_err("reading the target's code"))?;
+            // The armed entry breakpoint is ours, not the program's code.
+            if let Some(bp) = self.entry_bp {
+                if let Some(b) = bp.addr.checked_sub(pc).and_then(|i| bytes[..n].get_mut(i as usize)) {
+                    *b = bp.original;
+                }
+            }
             let Some(mut insn) = decode::decode(&bytes[..n], pc, &mut self.factory) else {
                 return Ok(None);
             };
@@ -593,11 +847,36 @@ impl Tracer {
                 None => (FlowControl::Next, None),
             };
             let delivered = signal_to_deliver;
+            // At the armed entry breakpoint (the invocation's first step, or
+            // recursion) the thread runs the displaced copy of the entry
+            // instruction; failing that, the breakpoint is lifted for a step.
+            let at_entry = self.entry_bp.filter(|bp| bp.addr == regs.rip && delivered == 0);
+            let displaced = at_entry.and(self.displaced);
+            let lifted = if displaced.is_none() { at_entry } else { None };
+            if let Some(d) = displaced {
+                let mut r = regs;
+                d.enter(&mut r);
+                sys::set_regs(tid, &r).map_err(ptrace_err("entering the scratch page"))?;
+            }
+            if let Some(bp) = lifted {
+                bp.remove(tid)?;
+            }
             sys::single_step(tid, delivered).map_err(ptrace_err("single-stepping"))?;
             signal_to_deliver = 0;
             let stop = self.wait_for(tid, None)?;
+            if let (Some(bp), Stop::Signal { event: 0, .. }) = (lifted, stop) {
+                Breakpoint::insert(tid, bp.addr)?;
+            } else if lifted.is_some() {
+                // No thread to patch through: re-armed at the next stop.
+                self.entry_bp = None;
+                self.rearm_pending = true;
+            }
+            if let (Some(d), Stop::Signal { .. }) = (displaced, stop) {
+                let mut r = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                d.finish(tid, &mut r)?;
+            }
             match stop {
-                Stop::Signal { signo: libc::SIGTRAP, event: 0 } => {}
+                Stop::Signal { signo: libc::SIGTRAP, event: 0 } if is_step_trap(tid) => {}
                 Stop::Exited(_) | Stop::Killed(_) => {
                     self.scratch = scratch;
                     if let Some(exit) = self.on_process_exit(tid, stop) {
@@ -605,6 +884,12 @@ impl Tracer {
                     }
                     return Ok(InvocationEnd::ThreadGone);
                 }
+                Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } => {
+                    self.scratch = scratch;
+                    return Ok(InvocationEnd::Exec);
+                }
+                // A SIGTRAP of the program's own (int3, raise, kill) is a
+                // signal like any other: recorded and delivered.
                 Stop::Signal { signo, event: 0 } => {
                     let addr = match signo {
                         libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL => {
@@ -767,9 +1052,21 @@ impl Tracer {
                         let _ = self.wait_for(tid, None)?;
                         Breakpoint::insert(tid, return_addr)?;
                         sys::resume(tid, 0).map_err(ptrace_err("running the allocator"))?;
+                    } else if let Some(entry) =
+                        self.entry_bp.filter(|e| e.addr == r.rip.wrapping_sub(1) && raised_by_int3(tid))
+                    {
+                        // The allocator called the traced function (a hook):
+                        // that call runs untraced.
+                        let signo = self.skip_invocation(tid, entry)?;
+                        sys::resume(tid, signo).map_err(ptrace_err("running the allocator"))?;
                     } else {
                         sys::resume(tid, libc::SIGTRAP).map_err(ptrace_err("running the allocator"))?;
                     }
+                }
+                Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } => return Ok(Err(InvocationEnd::Exec)),
+                Stop::Signal { event: libc::PTRACE_EVENT_CLONE, .. } => {
+                    self.note_clone(tid);
+                    sys::resume(tid, 0).map_err(ptrace_err("running the allocator"))?;
                 }
                 Stop::Signal { signo, event } => {
                     let deliver = if event == 0 { signo } else { 0 };
@@ -828,6 +1125,22 @@ impl Tracer {
     fn flush_steps(&mut self) -> Result<(), InstrumentError> {
         self.flush_steps_for(self.pid as u32)
     }
+}
+
+/// Whether the SIGTRAP `tid` stopped with is the trap of a single step
+/// (ours), not one the program raised.
+fn is_step_trap(tid: Tid) -> bool {
+    match sys::sig_info(tid) {
+        Ok(info) => matches!(info.si_code, TRAP_TRACE | TRAP_BRKPT),
+        // No information: the overwhelmingly likely case.
+        Err(_) => true,
+    }
+}
+
+/// Whether the SIGTRAP `tid` stopped with came from an `int3` (a breakpoint
+/// of ours, or the program's own int3; callers check the address).
+fn raised_by_int3(tid: Tid) -> bool {
+    sys::sig_info(tid).is_ok_and(|info| info.si_code == SI_KERNEL)
 }
 
 /// The allocator entry point a symbol name stands for. glibc's internal

@@ -170,6 +170,11 @@ pub fn hex_field(line: &str, key: &str) -> Option<u64> {
     u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
 }
 
+/// The text of `key=value` in a dump line.
+pub fn text_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
 /// Parses `key=N` (decimal) from a dump line.
 pub fn dec_field(line: &str, key: &str) -> Option<u64> {
     line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
@@ -178,7 +183,7 @@ pub fn dec_field(line: &str, key: &str) -> Option<u64> {
 /// The first `invocation-start` line of a dump, and the load bias of the
 /// (PIE) executable, from where `function` was entered.
 pub fn first_invocation<'a>(events: &'a [String], binary: &Path, function: &str) -> (&'a str, u64) {
-    let start = events.iter().find(|l| l.contains("invocation-start")).expect("an invocation start");
+    let start = events.iter().find(|l| l.contains(" invocation-start ")).expect("an invocation start");
     let bias = hex_field(start, "pc").expect("pc") - symbol_address(binary, function);
     (start, bias)
 }

@@ -2,9 +2,10 @@ use std::io;
 
 /// Everything that can go wrong reading or writing a trace file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FormatError {
     /// The underlying file failed.
-    #[error("I/O error: {0}")]
+    #[error("I/O error")]
     Io(#[from] io::Error),
     /// The file does not start with the trace magic.
     #[error("not a linetrace trace file (bad magic)")]

@@ -16,6 +16,10 @@ const TAG_THREAD_EXIT: u8 = 10;
 const TAG_SIGNAL: u8 = 11;
 const TAG_STEPPED: u8 = 12;
 const TAG_TRUNCATED: u8 = 13;
+const TAG_EXEC: u8 = 14;
+/// `kind:varint len:varint byte*`: skipped by readers that do not know `kind`.
+const TAG_EXTENSION: u8 = 15;
+const TAG_INVOCATION_SKIPPED: u8 = 16;
 
 /// Per-site "previous address" state that restarts with every chunk.
 ///
@@ -177,6 +181,14 @@ impl ChunkEncoder {
                 b.push(TAG_TRUNCATED);
                 b.push(reason as u8);
             }
+            Event::Exec { path } => {
+                b.push(TAG_EXEC);
+                put_u64(b, path.into());
+            }
+            Event::InvocationSkipped { pc } => {
+                b.push(TAG_INVOCATION_SKIPPED);
+                put_u64(b, pc);
+            }
         }
     }
 }
@@ -198,16 +210,33 @@ impl ChunkDecoder {
         self.deltas.restart();
     }
 
-    /// Decodes the next event from `c`. `sites` is the number of sites
-    /// defined so far: a reference past it is corruption. Returns an error
-    /// message on malformed input.
+    /// Decodes the next event from `c`, skipping extension records of kinds
+    /// this reader does not know: `Ok(None)` when only such records were
+    /// left. `sites` is the site table read so far: a reference to a site it
+    /// does not define is corruption. Returns an error message on malformed
+    /// input.
     #[inline]
-    pub fn next(&mut self, c: &mut Cursor<'_>, sites: usize) -> Result<Event, &'static str> {
+    pub fn next(&mut self, c: &mut Cursor<'_>, sites: &[Site]) -> Result<Option<Event>, &'static str> {
+        loop {
+            if c.is_empty() {
+                return Ok(None);
+            }
+            if let Some(event) = self.next_record(c, sites)? {
+                return Ok(Some(event));
+            }
+        }
+    }
+
+    #[inline]
+    fn next_record(&mut self, c: &mut Cursor<'_>, sites: &[Site]) -> Result<Option<Event>, &'static str> {
         const CUT: &str = "event record cut short";
         let tag = c.u8().ok_or(CUT)?;
         let site_id = |c: &mut Cursor<'_>| -> Result<SiteId, &'static str> {
             let s = c.u32().ok_or(CUT)?;
-            if (s as usize) < sites { Ok(s) } else { Err("access refers to an undefined site") }
+            match sites.get(s as usize) {
+                Some(site) if site.is_defined() => Ok(s),
+                _ => Err("access refers to an undefined site"),
+            }
         };
         let ev = match tag {
             TAG_ACCESS | TAG_ACCESS_SIZED => {
@@ -252,15 +281,38 @@ impl ChunkDecoder {
             TAG_TRUNCATED => Event::Truncated {
                 reason: TruncationReason::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown truncation reason")?,
             },
+            TAG_EXEC => Event::Exec { path: c.u32().ok_or(CUT)? },
+            TAG_INVOCATION_SKIPPED => Event::InvocationSkipped { pc: c.u64().ok_or(CUT)? },
+            TAG_EXTENSION => {
+                // No extension kinds are defined yet: every one is skipped.
+                let _kind = c.u64().ok_or(CUT)?;
+                let len = c.u64().ok_or(CUT)?;
+                c.skip(len).ok_or(CUT)?;
+                return Ok(None);
+            }
             _ => return Err("unknown event tag"),
         };
-        Ok(ev)
+        Ok(Some(ev))
     }
 }
 
-/// Encodes a list of sites as a raw `Sites` chunk payload.
-pub(crate) fn encode_sites(sites: &[Site]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(sites.len() * 8);
+/// Starts a v2 events payload: the thread's chunk number and the time of
+/// its first event.
+pub(crate) fn put_events_prefix(buf: &mut Vec<u8>, seq: u64, time: u64) {
+    put_u64(buf, seq);
+    put_u64(buf, time);
+}
+
+/// Reads the v2 events prefix: `(seq, time)`.
+pub(crate) fn read_events_prefix(c: &mut Cursor<'_>) -> Result<(u64, u64), &'static str> {
+    const CUT: &str = "events chunk prefix cut short";
+    Ok((c.u64().ok_or(CUT)?, c.u64().ok_or(CUT)?))
+}
+
+/// Encodes sites `first_id..` as a raw v2 `Sites` chunk payload.
+pub(crate) fn encode_sites(first_id: SiteId, sites: &[Site]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(sites.len() * 8 + 8);
+    put_u64(&mut b, first_id.into());
     put_u64(&mut b, sites.len() as u64);
     let mut prev_pc = 0u64;
     for s in sites {
@@ -275,23 +327,44 @@ pub(crate) fn encode_sites(sites: &[Site]) -> Vec<u8> {
     b
 }
 
-/// Decodes a raw `Sites` chunk payload, appending to `out`.
-pub(crate) fn decode_sites(raw: &[u8], out: &mut Vec<Site>) -> Result<(), &'static str> {
+/// Most sites one file may define: a site id past it is corruption (and
+/// would make the reader's table huge).
+pub const MAX_SITES: u32 = 1 << 26;
+
+/// Decodes a raw `Sites` chunk payload into `table`. In a v1 file the sites
+/// follow the ones already defined; a v2 chunk says where they start, which
+/// may leave a hole of undefined sites (a lost chunk) before them.
+pub(crate) fn decode_sites(raw: &[u8], version: u16, table: &mut Vec<Site>) -> Result<(), &'static str> {
     const CUT: &str = "site table cut short";
     let mut c = Cursor::new(raw);
+    let first = if version >= 2 { c.u32().ok_or(CUT)? } else { table.len() as u32 };
     let n = c.u64().ok_or(CUT)?;
     // Every site takes at least 5 bytes: a larger count is corruption.
     if n > raw.len() as u64 {
         return Err("site count larger than the chunk");
     }
+    let end = u64::from(first) + n;
+    if end > u64::from(MAX_SITES) {
+        return Err("site id beyond the format limit");
+    }
+    let (first, end) = (first as usize, end as usize);
+    if end > table.len() {
+        table.resize(end, Site::UNDEFINED);
+    }
     let mut pc = 0u64;
-    for _ in 0..n {
+    for slot in &mut table[first..end] {
         pc = pc.wrapping_add(c.i64().ok_or(CUT)? as u64);
         let len = c.u8().ok_or(CUT)?;
         let kind = AccessKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown access kind")?;
         let size = c.u32().ok_or(CUT)?;
         let count = u16::try_from(c.u64().ok_or(CUT)?).map_err(|_| "element count out of range")?;
-        out.push(Site { pc, len, kind, size, count });
+        if count == 0 {
+            return Err("a site with no elements");
+        }
+        if slot.is_defined() {
+            return Err("a site defined twice");
+        }
+        *slot = Site { pc, len, kind, size, count };
     }
     if !c.is_empty() {
         return Err("trailing bytes after the site table");

@@ -1,8 +1,8 @@
-//! The linetrace trace file format, version 1.
+//! The linetrace trace file format, version 2 (version 1 files still read).
 //!
 //! This module is a public contract between the recorders (`instrument`, and
 //! later the in-process runtime) and the `decoder`. Changing the byte layout
-//! means bumping [`VERSION`] and keeping a fixture of the old version in
+//! means bumping [`VERSION`] and keeping a fixture of every old version in
 //! `trace-rt/tests/data/` that the reader still has to read.
 //!
 //! # Layout
@@ -22,12 +22,22 @@
 //! - `Modules`: JSON list of [`Module`]s (path, build-id, mapped ranges and
 //!   file offsets), so PIE, ASLR and shared libraries can be symbolized later.
 //!   Several such chunks may appear (libraries loaded late); later ones add.
-//! - `Sites`: the static site table, a list of [`Site`]s (pc, instruction
-//!   length, access kind, access size, element count). Site ids are assigned
-//!   in order of definition across the whole file, starting at 0. A site is
-//!   always defined in a chunk *before* the first events chunk that uses it.
-//! - `Events`: the dynamic events of one thread (`thread` in the chunk header),
-//!   encoded as in [`Event`]'s documentation.
+//! - `Sites`: part of the static site table, a list of [`Site`]s (pc,
+//!   instruction length, access kind, access size, element count).
+//!   v2: `first_id:varint count:varint site*` — the chunk says which ids it
+//!   defines, so recorders can hand out ids without a global order and a lost
+//!   chunk leaves a visible hole instead of renumbering every later site.
+//!   v1: `count:varint site*`, ids assigned in order of definition.
+//!   A site is always defined in a chunk *before* the first events chunk that
+//!   uses it.
+//! - `Strings` (v2): JSON `{"first": id, "strings": [...]}`: strings that
+//!   events refer to by id (the path of an `exec`).
+//! - `Events`: the dynamic events of one thread (`thread` in the chunk header).
+//!   v2: `seq:varint time:varint event*` — `seq` numbers the thread's chunks
+//!   from 0 (a gap means chunks were lost), `time` is when the chunk's first
+//!   event was recorded, in nanoseconds since the recording started (0 when
+//!   the recorder keeps no clock), so threads can be interleaved by time.
+//!   v1: `event*`.
 //! - `End`: JSON [`Trailer`] — how the target ended, and whether the recording
 //!   was cut short. Its absence means the recorder died before finishing.
 //!
@@ -41,13 +51,21 @@
 //! zstd then folds to well under one byte. Because the delta state restarts in
 //! every chunk, every chunk decodes on its own.
 //!
+//! v2 reserves the tag `Extension` (`tag kind:varint len:varint byte*`) for
+//! events added later: a reader skips extension kinds it does not know, so
+//! new kinds of events need no new version.
+//!
 //! # Robustness
 //!
 //! A file cut anywhere (crash, `kill -9`) reads up to its last complete chunk
-//! and [`TraceReader::end`] says it was truncated. A chunk whose checksum does
-//! not match, or whose payload does not decode, is an error
-//! ([`FormatError`]). Sizes in chunk headers are capped ([`MAX_CHUNK_BYTES`])
-//! so a corrupt header cannot make the reader allocate gigabytes.
+//! and [`TraceReader::end`] says it was truncated. A chunk that fails its
+//! checks in the middle of the file (bad magic, checksum, payload, or a length
+//! that runs past the next chunk) is skipped: the reader resynchronises at the
+//! next chunk that checks out and lists what it skipped in
+//! [`TraceReader::damage`]; only a file whose header or metadata is unreadable
+//! is an error ([`FormatError`]). Sizes in chunk headers are capped
+//! ([`MAX_CHUNK_BYTES`]) so a corrupt header cannot make the reader allocate
+//! more than a few tens of megabytes.
 
 mod error;
 mod event;
@@ -58,7 +76,7 @@ pub mod varint;
 
 pub use error::FormatError;
 pub use event::{ChunkDecoder, ChunkEncoder};
-pub use reader::{ChunkPosition, Record, TraceEnd, TraceReader};
+pub use reader::{ChunkPosition, Damage, Record, TraceEnd, TraceReader};
 pub use writer::TraceWriter;
 
 use serde::{Deserialize, Serialize};
@@ -66,15 +84,19 @@ use serde::{Deserialize, Serialize};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"LNTRACE\0";
 /// Format version written by this crate.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+/// Oldest format version the reader still reads.
+pub const OLDEST_VERSION: u16 = 1;
 /// Size of the file header in bytes.
 pub const HEADER_LEN: usize = 16;
 /// Magic that starts every chunk.
 pub const CHUNK_MAGIC: [u8; 4] = *b"LTCK";
 /// Size of a chunk header in bytes.
 pub const CHUNK_HEADER_LEN: usize = 24;
-/// Upper bound on both the compressed and the raw size of one chunk.
-pub const MAX_CHUNK_BYTES: u32 = 64 << 20;
+/// Upper bound on both the compressed and the raw size of one chunk. Writers
+/// aim at 1 MiB chunks; the cap keeps a reader of a corrupt or hostile file
+/// within a few tens of megabytes.
+pub const MAX_CHUNK_BYTES: u32 = 16 << 20;
 /// Cache line size used when nothing else is configured.
 pub const DEFAULT_LINE_SIZE: u32 = 64;
 
@@ -92,6 +114,8 @@ fn chunk_checksum(header: &[u8; CHUNK_HEADER_LEN], payload: &[u8]) -> u32 {
 pub type SiteId = u32;
 /// Kernel thread id of the thread an event belongs to.
 pub type ThreadId = u32;
+/// Index of a string in the file's string table (v2).
+pub type StringId = u32;
 
 /// What a chunk carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,6 +131,8 @@ pub enum ChunkKind {
     Events = 4,
     /// JSON [`Trailer`].
     End = 5,
+    /// JSON string table (v2).
+    Strings = 6,
 }
 
 impl ChunkKind {
@@ -117,6 +143,7 @@ impl ChunkKind {
             3 => ChunkKind::Sites,
             4 => ChunkKind::Events,
             5 => ChunkKind::End,
+            6 => ChunkKind::Strings,
             _ => return None,
         })
     }
@@ -135,9 +162,8 @@ pub struct Metadata {
     pub backend: String,
     /// Cache line size in bytes the recorder assumed (decoders may override).
     pub line_size: u32,
-    /// What orders events: `instructions` means events of a thread are in
-    /// program order and no wall-clock timestamps are recorded.
-    pub clock: String,
+    /// What orders events and what chunk times mean.
+    pub clock: Clock,
     /// Name of the traced function as the user gave it, resolved symbol.
     pub function: Option<String>,
     /// Process id of the traced program.
@@ -155,12 +181,24 @@ impl Metadata {
             build_id: None,
             backend: backend.to_string(),
             line_size: DEFAULT_LINE_SIZE,
-            clock: "instructions".to_string(),
+            clock: Clock::Instructions,
             function: None,
             pid: 0,
             start_unix_ms: 0,
         }
     }
+}
+
+/// What orders the events of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Clock {
+    /// Events of a thread are in program order; chunk times are not used
+    /// (the ptrace recorder steps one thread at a time).
+    Instructions,
+    /// Chunk times are `CLOCK_MONOTONIC` nanoseconds since the recording
+    /// started: threads recorded at once can be interleaved by them.
+    Monotonic,
 }
 
 /// One file mapped into the traced process.
@@ -238,6 +276,18 @@ pub struct Site {
     /// Elements per execution (gathers and scatters have several, each with
     /// its own address and its own access event; everything else has 1).
     pub count: u16,
+}
+
+impl Site {
+    /// Placeholder for ids no chunk has defined (yet): a hole left by a lost
+    /// `Sites` chunk. Real sites have at least one element.
+    pub const UNDEFINED: Site = Site { pc: 0, len: 0, kind: AccessKind::Read, size: 0, count: 0 };
+
+    /// False for [`Site::UNDEFINED`] placeholders.
+    #[inline]
+    pub fn is_defined(&self) -> bool {
+        self.count != 0
+    }
 }
 
 /// The allocator entry point (or system call) an [`Allocation`] came from.
@@ -428,6 +478,18 @@ pub enum Event {
         /// Why.
         reason: TruncationReason,
     },
+    /// The thread called `execve` and it succeeded: the process runs a new
+    /// program from here on, which is not traced (v2).
+    Exec {
+        /// The new program's path, in the string table.
+        path: StringId,
+    },
+    /// The thread entered the traced function but was not traced, because
+    /// another thread was being traced at that moment (v2).
+    InvocationSkipped {
+        /// Entry address of the function.
+        pc: u64,
+    },
 }
 
 /// How the traced program ended.
@@ -441,6 +503,7 @@ pub enum TargetExit {
 
 /// The last chunk of a finished recording.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Trailer {
     /// How the target ended, if it did.
     pub exit: Option<TargetExit>,

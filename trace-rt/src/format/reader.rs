@@ -1,15 +1,24 @@
 //! Reading trace files as a stream of events in bounded memory.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::event::decode_sites;
+use super::event::{decode_sites, read_events_prefix};
 use super::varint::Cursor;
+use super::writer::StringTable;
 use super::{
     CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkDecoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES,
-    Metadata, Module, Site, ThreadId, Trailer, VERSION,
+    Metadata, Module, OLDEST_VERSION, Site, ThreadId, Trailer, VERSION,
 };
+
+/// Most strings a string table may hold.
+const MAX_STRINGS: u64 = 1 << 20;
+/// Bytes the reader may re-read while looking for the next good chunk after
+/// one damaged region; past it, the rest of the file counts as damaged. It
+/// bounds the work a file full of false chunk magics can cause.
+const MAX_RESYNC_BYTES: u64 = 1 << 28;
 
 /// One event and the thread it happened on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,7 +60,7 @@ impl TraceEnd {
             TraceEnd::Finished(Trailer { truncated: None, .. }) => "complete".to_string(),
             TraceEnd::Finished(Trailer { truncated: Some(r), .. }) => format!("truncated ({r:?})"),
             TraceEnd::Cut { valid_bytes, mid_chunk: true } => {
-                format!("truncated (file cut inside a chunk; {valid_bytes} bytes readable)")
+                format!("truncated (file cut inside its last chunk; {valid_bytes} bytes readable)")
             }
             TraceEnd::Cut { valid_bytes, mid_chunk: false } => {
                 format!("truncated (no end marker: the recorder stopped early; {valid_bytes} bytes readable)")
@@ -60,23 +69,59 @@ impl TraceEnd {
     }
 }
 
+/// A region of the file the reader skipped because it failed its checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    /// Offset of the first skipped byte.
+    pub offset: u64,
+    /// Bytes skipped (the events in them are lost).
+    pub bytes: u64,
+    /// What was wrong with the first chunk of the region.
+    pub what: String,
+}
+
+impl Damage {
+    /// One line for people about a list of damaged regions (empty if none).
+    pub fn describe(damage: &[Damage]) -> String {
+        match damage {
+            [] => String::new(),
+            [d] => format!("1 damaged region skipped (bytes {}..{}: {})", d.offset, d.offset + d.bytes, d.what),
+            [d, ..] => format!(
+                "{} damaged regions skipped ({} bytes in all; first at bytes {}..{}: {})",
+                damage.len(),
+                damage.iter().map(|d| d.bytes).sum::<u64>(),
+                d.offset,
+                d.offset + d.bytes,
+                d.what
+            ),
+        }
+    }
+}
+
 /// Streams the events of a trace file.
 ///
-/// Memory use is bounded by one chunk plus the site table and module map.
+/// Memory use is bounded by one chunk plus the site table, string table and
+/// module map.
 pub struct TraceReader<R: Read> {
-    input: R,
+    input: Rewindable<R>,
+    version: u16,
     offset: u64,
     metadata: Metadata,
     sites: Vec<Site>,
+    strings: Vec<String>,
     modules: Vec<Module>,
     raw: Vec<u8>,
     pos: usize,
     thread: ThreadId,
     decoder: ChunkDecoder,
     end: Option<TraceEnd>,
-    failed: bool,
+    damage: Vec<Damage>,
+    /// Next expected events-chunk number per thread (v2).
+    next_seq: HashMap<ThreadId, u64>,
+    chunk_time: u64,
     event_bytes: u64,
     chunk: ChunkPosition,
+    chunk_len: u64,
     chunk_serial: u64,
 }
 
@@ -97,50 +142,78 @@ impl TraceReader<BufReader<File>> {
     }
 }
 
-enum Chunk {
-    Read { kind: ChunkKind, thread: ThreadId, raw: Vec<u8> },
-    Eof { mid_chunk: bool },
+/// A chunk that passed every check.
+struct GoodChunk {
+    kind: ChunkKind,
+    thread: ThreadId,
+    raw: Vec<u8>,
+    /// Size on disk, header included.
+    len: u64,
+}
+
+/// The outcome of reading one chunk at the current offset.
+enum Attempt {
+    /// A chunk that passed every check.
+    Good(GoodChunk),
+    /// The file ends here; `partial` if it ends inside a chunk header.
+    End { partial: bool },
+    /// Something that is not a good chunk: `consumed` are the bytes read
+    /// for it; `cut` when the file ended inside its payload.
+    Bad { what: String, consumed: Vec<u8>, cut: bool },
 }
 
 impl<R: Read> TraceReader<R> {
     /// Reads the file header and the metadata chunk.
-    pub fn new(mut input: R) -> Result<Self, FormatError> {
+    pub fn new(input: R) -> Result<Self, FormatError> {
+        let mut input = Rewindable::new(input);
         let mut header = [0u8; HEADER_LEN];
-        if read_full(&mut input, &mut header)? < HEADER_LEN {
+        if input.read_full(&mut header)? < HEADER_LEN {
             return Err(if header[..8] == MAGIC { FormatError::NoHeader } else { FormatError::NotATrace });
         }
         if header[..8] != MAGIC {
             return Err(FormatError::NotATrace);
         }
         let version = u16::from_le_bytes([header[8], header[9]]);
-        if version != VERSION {
+        if !(OLDEST_VERSION..=VERSION).contains(&version) {
             return Err(FormatError::UnsupportedVersion { found: version, supported: VERSION });
         }
         let mut reader = TraceReader {
             input,
+            version,
             offset: HEADER_LEN as u64,
             metadata: Metadata::new(""),
             sites: Vec::new(),
+            strings: Vec::new(),
             modules: Vec::new(),
             raw: Vec::new(),
             pos: 0,
             thread: 0,
             decoder: ChunkDecoder::new(),
             end: None,
-            failed: false,
+            damage: Vec::new(),
+            next_seq: HashMap::new(),
+            chunk_time: 0,
             event_bytes: 0,
             chunk: ChunkPosition::default(),
+            chunk_len: 0,
             chunk_serial: 0,
         };
         let offset = reader.offset;
         match reader.read_chunk()? {
-            Chunk::Read { kind: ChunkKind::Metadata, raw, .. } => {
+            Attempt::Good(GoodChunk { kind: ChunkKind::Metadata, raw, len, .. }) => {
                 reader.metadata = serde_json::from_slice(&raw)
                     .map_err(|e| FormatError::Corrupt { offset, what: format!("metadata: {e}") })?;
+                reader.offset += len;
             }
+            Attempt::Bad { what, cut: false, .. } => return Err(FormatError::Corrupt { offset, what }),
             _ => return Err(FormatError::NoMetadata),
         }
         Ok(reader)
+    }
+
+    /// Format version of the file.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// The recording's metadata.
@@ -148,9 +221,15 @@ impl<R: Read> TraceReader<R> {
         &self.metadata
     }
 
-    /// Sites defined so far (all sites any returned event refers to).
+    /// Sites defined so far, by id (all sites any returned event refers to).
+    /// Ids no chunk defined are [`Site::UNDEFINED`].
     pub fn sites(&self) -> &[Site] {
         &self.sites
+    }
+
+    /// Strings defined so far, by id (empty for ids never defined).
+    pub fn strings(&self) -> &[String] {
+        &self.strings
     }
 
     /// Modules recorded so far.
@@ -161,6 +240,11 @@ impl<R: Read> TraceReader<R> {
     /// How the file ended; `None` until the last event has been read.
     pub fn end(&self) -> Option<&TraceEnd> {
         self.end.as_ref()
+    }
+
+    /// Regions skipped so far because they failed their checks.
+    pub fn damage(&self) -> &[Damage] {
+        &self.damage
     }
 
     /// Bytes of the file consumed so far (for progress reporting).
@@ -179,6 +263,12 @@ impl<R: Read> TraceReader<R> {
         self.chunk
     }
 
+    /// Time of the first event of the current events chunk (v2; 0 in v1
+    /// files and when the recorder keeps no clock).
+    pub fn chunk_time(&self) -> u64 {
+        self.chunk_time
+    }
+
     /// Counts events chunks entered so far: changes exactly when a record
     /// comes from a new chunk.
     pub fn chunk_serial(&self) -> u64 {
@@ -188,107 +278,231 @@ impl<R: Read> TraceReader<R> {
     /// The next event, `Ok(None)` at the end of the readable file.
     #[inline]
     pub fn next_record(&mut self) -> Result<Option<Record>, FormatError> {
-        if self.failed {
-            return Ok(None);
-        }
         loop {
             if self.pos < self.raw.len() {
                 let mut c = Cursor::new(&self.raw[self.pos..]);
-                match self.decoder.next(&mut c, self.sites.len()) {
-                    Ok(event) => {
+                match self.decoder.next(&mut c, &self.sites) {
+                    Ok(Some(event)) => {
                         self.pos += c.position();
                         return Ok(Some(Record { thread: self.thread, event }));
                     }
-                    Err(what) => return Err(self.fail(what.to_string())),
+                    Ok(None) => self.pos = self.raw.len(),
+                    Err(what) => {
+                        // The checksum held, so the chunk was written like
+                        // this: the rest of it cannot be trusted.
+                        self.damage.push(Damage {
+                            offset: self.chunk.offset,
+                            bytes: self.chunk_len,
+                            what: format!("{what} (event at byte {} of the chunk; the rest of it skipped)", self.pos),
+                        });
+                        self.pos = self.raw.len();
+                    }
                 }
+                continue;
             }
             if self.end.is_some() {
                 return Ok(None);
             }
-            let offset = self.offset;
-            let chunk = match self.read_chunk() {
-                Ok(c) => c,
-                Err(e) => {
-                    self.failed = true;
-                    return Err(e);
+            self.next_chunk()?;
+        }
+    }
+
+    /// Reads the next chunk and takes in what it carries (or notes the end,
+    /// or skips a damaged region).
+    fn next_chunk(&mut self) -> Result<(), FormatError> {
+        let offset = self.offset;
+        match self.read_chunk()? {
+            Attempt::Good(chunk) => self.take_chunk(offset, chunk),
+            Attempt::End { partial } => self.end = Some(TraceEnd::Cut { valid_bytes: offset, mid_chunk: partial }),
+            Attempt::Bad { what, consumed, cut } => {
+                if let Some((found, chunk)) = self.resync(offset, what, consumed, cut)? {
+                    self.take_chunk(found, chunk);
                 }
-            };
-            match chunk {
-                Chunk::Eof { mid_chunk } => {
-                    self.end = Some(TraceEnd::Cut { valid_bytes: offset, mid_chunk });
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes in a chunk that passed its checks, found at `offset`.
+    fn take_chunk(&mut self, offset: u64, chunk: GoodChunk) {
+        let GoodChunk { kind, thread, raw, len } = chunk;
+        self.offset = offset + len;
+        match kind {
+            ChunkKind::Events => self.enter_events(offset, len, thread, raw),
+            ChunkKind::Sites => {
+                if self.version < 2 && !self.damage.is_empty() {
+                    // v1 numbers sites by order of definition: after a lost
+                    // chunk (maybe of sites) later ids cannot be trusted.
+                    self.skip_rest(offset, "a version-1 site table after a damaged region cannot be trusted");
+                } else if let Err(what) = decode_sites(&raw, self.version, &mut self.sites) {
+                    self.damage.push(Damage { offset, bytes: len, what: format!("site table: {what}") });
                 }
-                Chunk::Read { kind, thread, raw } => match kind {
-                    ChunkKind::Events => {
-                        self.event_bytes += self.offset - offset;
-                        self.chunk = ChunkPosition { offset, sites: self.sites.len() };
-                        self.chunk_serial += 1;
-                        self.raw = raw;
-                        self.pos = 0;
-                        self.thread = thread;
-                        self.decoder.start_chunk();
-                    }
-                    ChunkKind::Sites => {
-                        if let Err(what) = decode_sites(&raw, &mut self.sites) {
-                            return Err(self.fail_at(offset, what.to_string()));
-                        }
-                    }
-                    ChunkKind::Modules => match serde_json::from_slice::<Vec<Module>>(&raw) {
-                        Ok(m) => self.modules.extend(m),
-                        Err(e) => return Err(self.fail_at(offset, format!("module map: {e}"))),
-                    },
-                    ChunkKind::End => match serde_json::from_slice::<Trailer>(&raw) {
-                        Ok(t) => self.end = Some(TraceEnd::Finished(t)),
-                        Err(e) => return Err(self.fail_at(offset, format!("trailer: {e}"))),
-                    },
-                    ChunkKind::Metadata => {
-                        return Err(self.fail_at(offset, "a second metadata chunk".to_string()));
-                    }
-                },
+            }
+            ChunkKind::Strings => {
+                if let Err(what) = self.add_strings(&raw) {
+                    self.damage.push(Damage { offset, bytes: len, what: format!("string table: {what}") });
+                }
+            }
+            ChunkKind::Modules => match serde_json::from_slice::<Vec<Module>>(&raw) {
+                Ok(m) => self.modules.extend(m),
+                Err(e) => self.damage.push(Damage { offset, bytes: len, what: format!("module map: {e}") }),
+            },
+            ChunkKind::End => match serde_json::from_slice::<Trailer>(&raw) {
+                Ok(t) => self.end = Some(TraceEnd::Finished(t)),
+                Err(e) => self.damage.push(Damage { offset, bytes: len, what: format!("trailer: {e}") }),
+            },
+            ChunkKind::Metadata => {
+                self.damage.push(Damage { offset, bytes: len, what: "a second metadata chunk".to_string() })
             }
         }
     }
 
-    fn fail(&mut self, what: String) -> FormatError {
-        // `offset` already points past the events chunk being decoded.
-        self.fail_at(self.offset, format!("{what} (event at byte {} of a chunk)", self.pos))
+    /// Starts reading the events of a chunk that passed its checks.
+    fn enter_events(&mut self, offset: u64, len: u64, thread: ThreadId, raw: Vec<u8>) {
+        let mut start = 0;
+        self.chunk_time = 0;
+        if self.version >= 2 {
+            let mut c = Cursor::new(&raw);
+            let (seq, time) = match read_events_prefix(&mut c) {
+                Ok(p) => p,
+                Err(what) => {
+                    self.damage.push(Damage { offset, bytes: len, what: what.to_string() });
+                    return;
+                }
+            };
+            let expected = self.next_seq.entry(thread).or_insert(0);
+            if seq < *expected {
+                let what = format!("chunk {seq} of thread {thread} after chunk {}", *expected - 1);
+                self.damage.push(Damage { offset, bytes: len, what });
+                return;
+            }
+            // A gap (seq > expected) is chunks lost to damage already listed.
+            *expected = seq + 1;
+            self.chunk_time = time;
+            start = c.position();
+        }
+        self.event_bytes += len;
+        self.chunk = ChunkPosition { offset, sites: self.sites.len() };
+        self.chunk_len = len;
+        self.chunk_serial += 1;
+        self.raw = raw;
+        self.pos = start;
+        self.thread = thread;
+        self.decoder.start_chunk();
     }
 
-    fn fail_at(&mut self, offset: u64, what: String) -> FormatError {
-        self.failed = true;
-        FormatError::Corrupt { offset, what }
+    fn add_strings(&mut self, raw: &[u8]) -> Result<(), String> {
+        let table: StringTable = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+        let end = u64::from(table.first) + table.strings.len() as u64;
+        if end > MAX_STRINGS {
+            return Err("string id beyond the format limit".to_string());
+        }
+        if end as usize > self.strings.len() {
+            self.strings.resize(end as usize, String::new());
+        }
+        for (slot, s) in self.strings[table.first as usize..end as usize].iter_mut().zip(table.strings) {
+            *slot = s;
+        }
+        Ok(())
     }
 
-    fn read_chunk(&mut self) -> Result<Chunk, FormatError> {
-        let offset = self.offset;
-        let corrupt = |what: String| FormatError::Corrupt { offset, what };
+    /// Marks everything from `offset` on as damaged and ends the file there.
+    fn skip_rest(&mut self, offset: u64, what: &str) {
+        let mut rest = 0u64;
+        let mut sink = [0u8; 1 << 16];
+        while let Ok(n) = self.input.read_full(&mut sink) {
+            if n == 0 {
+                break;
+            }
+            rest += n as u64;
+        }
+        let bytes = self.offset - offset + rest;
+        self.damage.push(Damage { offset, bytes, what: what.to_string() });
+        self.offset += rest;
+        self.end = Some(TraceEnd::Cut { valid_bytes: offset, mid_chunk: false });
+    }
+
+    /// After a bad chunk at `offset`: looks for the next chunk that checks
+    /// out, from the byte after `offset` on. Found: the region before it is
+    /// damage, and the chunk is returned with its offset. Not found: a chunk
+    /// cut by the end of the file is truncation; anything else is damage up
+    /// to the end.
+    fn resync(
+        &mut self,
+        offset: u64,
+        what: String,
+        consumed: Vec<u8>,
+        cut: bool,
+    ) -> Result<Option<(u64, GoodChunk)>, FormatError> {
+        self.input.unread(consumed.get(1..).unwrap_or(&[]));
+        self.offset = offset + 1;
+        let mut budget = MAX_RESYNC_BYTES;
+        loop {
+            self.offset += self.input.skip_to(&CHUNK_MAGIC, &mut budget)?;
+            let found = self.offset;
+            let attempt = if budget == 0 { Attempt::End { partial: false } } else { self.read_chunk()? };
+            match attempt {
+                Attempt::Good(chunk) => {
+                    self.damage.push(Damage { offset, bytes: found - offset, what });
+                    return Ok(Some((found, chunk)));
+                }
+                Attempt::Bad { consumed, .. } => {
+                    budget = budget.saturating_sub(consumed.len() as u64);
+                    self.input.unread(consumed.get(1..).unwrap_or(&[]));
+                    self.offset = found + 1;
+                }
+                Attempt::End { .. } => {
+                    if cut {
+                        self.end = Some(TraceEnd::Cut { valid_bytes: offset, mid_chunk: true });
+                    } else {
+                        self.damage.push(Damage { offset, bytes: found - offset, what });
+                        self.end = Some(TraceEnd::Cut { valid_bytes: offset, mid_chunk: false });
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Reads one chunk at the current offset (without moving `offset`).
+    fn read_chunk(&mut self) -> Result<Attempt, FormatError> {
         let mut header = [0u8; CHUNK_HEADER_LEN];
-        let n = read_full(&mut self.input, &mut header)?;
+        let n = self.input.read_full(&mut header)?;
         if n < CHUNK_HEADER_LEN {
-            return Ok(Chunk::Eof { mid_chunk: n > 0 });
+            return Ok(Attempt::End { partial: n > 0 });
         }
+        let bad = |what: String, consumed: Vec<u8>| Ok(Attempt::Bad { what, consumed, cut: false });
         if header[..4] != CHUNK_MAGIC {
-            return Err(corrupt("bad chunk magic".to_string()));
+            return bad("bad chunk magic".to_string(), header.to_vec());
         }
-        let kind = ChunkKind::from_u8(header[4]).ok_or_else(|| corrupt(format!("unknown chunk kind {}", header[4])))?;
+        let Some(kind) = ChunkKind::from_u8(header[4]) else {
+            return bad(format!("unknown chunk kind {}", header[4]), header.to_vec());
+        };
         let word = |i: usize| u32::from_le_bytes([header[i], header[i + 1], header[i + 2], header[i + 3]]);
         let (thread, payload_len, raw_len, crc) = (word(8), word(12), word(16), word(20));
         if payload_len > MAX_CHUNK_BYTES || raw_len > MAX_CHUNK_BYTES {
-            return Err(corrupt(format!("chunk sizes {payload_len}/{raw_len} exceed the format limit")));
+            return bad(format!("chunk sizes {payload_len}/{raw_len} exceed the format limit"), header.to_vec());
         }
-        let mut payload = vec![0u8; payload_len as usize];
-        if read_full(&mut self.input, &mut payload)? < payload.len() {
-            return Ok(Chunk::Eof { mid_chunk: true });
+        let mut whole = vec![0u8; CHUNK_HEADER_LEN + payload_len as usize];
+        whole[..CHUNK_HEADER_LEN].copy_from_slice(&header);
+        let got = self.input.read_full(&mut whole[CHUNK_HEADER_LEN..])?;
+        if got < payload_len as usize {
+            whole.truncate(CHUNK_HEADER_LEN + got);
+            let what = format!("chunk of {payload_len} bytes runs past the end of the file");
+            return Ok(Attempt::Bad { what, consumed: whole, cut: true });
         }
-        if super::chunk_checksum(&header, &payload) != crc {
-            return Err(corrupt("checksum mismatch".to_string()));
+        let payload = &whole[CHUNK_HEADER_LEN..];
+        if super::chunk_checksum(&header, payload) != crc {
+            return bad("checksum mismatch".to_string(), whole);
         }
-        let raw = zstd::bulk::decompress(&payload, raw_len as usize)
-            .map_err(|e| corrupt(format!("zstd payload does not decompress: {e}")))?;
-        if raw.len() != raw_len as usize {
-            return Err(corrupt(format!("payload decompressed to {} bytes, header says {raw_len}", raw.len())));
-        }
-        self.offset += (CHUNK_HEADER_LEN + payload.len()) as u64;
-        Ok(Chunk::Read { kind, thread, raw })
+        let raw = match zstd::bulk::decompress(payload, raw_len as usize) {
+            Ok(raw) if raw.len() == raw_len as usize => raw,
+            Ok(raw) => {
+                return bad(format!("payload decompressed to {} bytes, header says {raw_len}", raw.len()), whole);
+            }
+            Err(e) => return bad(format!("zstd payload does not decompress: {e}"), whole),
+        };
+        Ok(Attempt::Good(GoodChunk { kind, thread, raw, len: whole.len() as u64 }))
     }
 }
 
@@ -304,13 +518,13 @@ impl<R: Read + Seek> TraceReader<R> {
                 sites.len()
             )));
         }
-        self.input.seek(SeekFrom::Start(position.offset))?;
+        self.input.seek(position.offset)?;
         self.offset = position.offset;
         self.sites = sites[..position.sites].to_vec();
         self.raw.clear();
         self.pos = 0;
         self.end = None;
-        self.failed = false;
+        self.next_seq.clear();
         Ok(())
     }
 }
@@ -323,16 +537,84 @@ impl<R: Read> Iterator for TraceReader<R> {
     }
 }
 
-/// Reads until `buf` is full or the input ends; returns the bytes read.
-fn read_full(input: &mut impl Read, buf: &mut [u8]) -> Result<usize, FormatError> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match input.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+/// An input that can take bytes back, so that the reader can look for the
+/// next chunk inside bytes it already read as a (bad) chunk.
+struct Rewindable<R> {
+    inner: R,
+    back: Vec<u8>,
+    back_pos: usize,
+}
+
+impl<R: Read> Rewindable<R> {
+    fn new(inner: R) -> Self {
+        Rewindable { inner, back: Vec::new(), back_pos: 0 }
+    }
+
+    /// Puts `bytes` in front of what is left to read.
+    fn unread(&mut self, bytes: &[u8]) {
+        let mut back = Vec::with_capacity(bytes.len() + self.back.len() - self.back_pos);
+        back.extend_from_slice(bytes);
+        back.extend_from_slice(&self.back[self.back_pos..]);
+        self.back = back;
+        self.back_pos = 0;
+    }
+
+    /// Reads until `buf` is full or the input ends; returns the bytes read.
+    fn read_full(&mut self, buf: &mut [u8]) -> Result<usize, FormatError> {
+        let mut filled = 0;
+        if self.back_pos < self.back.len() {
+            let n = (self.back.len() - self.back_pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.back[self.back_pos..self.back_pos + n]);
+            self.back_pos += n;
+            filled = n;
+            if self.back_pos == self.back.len() {
+                self.back.clear();
+                self.back_pos = 0;
+            }
+        }
+        while filled < buf.len() {
+            match self.inner.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(filled)
+    }
+
+    /// Discards bytes up to the next occurrence of `magic` (left unread) or
+    /// the end of the input; returns how many were discarded. Counts what
+    /// it reads against `budget`.
+    fn skip_to(&mut self, magic: &[u8; 4], budget: &mut u64) -> Result<u64, FormatError> {
+        let mut skipped = 0u64;
+        let mut window: Vec<u8> = Vec::new();
+        loop {
+            let mut block = vec![0u8; 1 << 16];
+            let n = self.read_full(&mut block)?;
+            *budget = budget.saturating_sub(n as u64);
+            block.truncate(n);
+            window.extend_from_slice(&block);
+            if let Some(p) = window.windows(magic.len()).position(|w| w == magic) {
+                self.unread(&window[p..]);
+                return Ok(skipped + p as u64);
+            }
+            if n == 0 || *budget == 0 {
+                return Ok(skipped + window.len() as u64);
+            }
+            // Keep a possible start of the magic across blocks.
+            let keep_from = window.len().saturating_sub(magic.len() - 1);
+            skipped += keep_from as u64;
+            window.drain(..keep_from);
         }
     }
-    Ok(filled)
+}
+
+impl<R: Read + Seek> Rewindable<R> {
+    fn seek(&mut self, offset: u64) -> Result<(), FormatError> {
+        self.inner.seek(SeekFrom::Start(offset))?;
+        self.back.clear();
+        self.back_pos = 0;
+        Ok(())
+    }
 }

@@ -39,6 +39,16 @@ impl<'a> Cursor<'a> {
         self.pos
     }
 
+    /// Skips `n` bytes; `None` if fewer are left.
+    pub fn skip(&mut self, n: u64) -> Option<()> {
+        let n = usize::try_from(n).ok()?;
+        if n > self.bytes.len() - self.pos.min(self.bytes.len()) {
+            return None;
+        }
+        self.pos += n;
+        Some(())
+    }
+
     /// Reads one raw byte.
     #[inline]
     pub fn u8(&mut self) -> Option<u8> {

@@ -1,11 +1,12 @@
 //! Writing trace files.
 
 use std::io::Write;
+use std::time::Instant;
 
-use super::event::encode_sites;
+use super::event::{encode_sites, put_events_prefix};
 use super::{
     CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
-    Site, SiteId, ThreadId, Trailer, VERSION,
+    Site, SiteId, StringId, ThreadId, Trailer, VERSION,
 };
 
 /// Raw bytes buffered per thread before its chunk is compressed and written.
@@ -22,12 +23,32 @@ const ZSTD_LEVEL: i32 = 3;
 /// always written before the events that may refer to them.
 pub struct TraceWriter<W: Write> {
     out: W,
-    threads: Vec<(ThreadId, ChunkEncoder)>,
+    threads: Vec<ThreadBuffer>,
     sites_defined: u32,
     pending_sites: Vec<Site>,
+    strings_defined: u32,
+    pending_strings: Vec<String>,
     pending_modules: Vec<Module>,
     chunk_target: usize,
     bytes_written: u64,
+    started: Instant,
+}
+
+/// The events of one thread not written yet.
+struct ThreadBuffer {
+    thread: ThreadId,
+    encoder: ChunkEncoder,
+    /// Number of the thread's next events chunk.
+    seq: u64,
+    /// When the first buffered event was pushed (ns since the start).
+    first_time: u64,
+}
+
+/// The `Strings` chunk payload.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct StringTable {
+    pub(crate) first: StringId,
+    pub(crate) strings: Vec<String>,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -42,9 +63,12 @@ impl<W: Write> TraceWriter<W> {
             threads: Vec::new(),
             sites_defined: 0,
             pending_sites: Vec::new(),
+            strings_defined: 0,
+            pending_strings: Vec::new(),
             pending_modules: Vec::new(),
             chunk_target: DEFAULT_CHUNK_TARGET,
             bytes_written: HEADER_LEN as u64,
+            started: Instant::now(),
         };
         let json = serde_json::to_vec(metadata).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
         w.write_chunk(ChunkKind::Metadata, 0, &json)?;
@@ -69,6 +93,13 @@ impl<W: Write> TraceWriter<W> {
         self.sites_defined - 1
     }
 
+    /// Adds a string to the string table and returns its id.
+    pub fn add_string(&mut self, s: &str) -> StringId {
+        self.pending_strings.push(s.to_string());
+        self.strings_defined += 1;
+        self.strings_defined - 1
+    }
+
     /// Records modules mapped into the target.
     pub fn add_modules(&mut self, modules: &[Module]) {
         self.pending_modules.extend_from_slice(modules);
@@ -77,25 +108,43 @@ impl<W: Write> TraceWriter<W> {
     /// Appends an event of thread `thread`.
     #[inline]
     pub fn push(&mut self, thread: ThreadId, event: &Event) -> Result<(), FormatError> {
-        let i = match self.threads.iter().position(|(t, _)| *t == thread) {
+        let i = match self.threads.iter().position(|t| t.thread == thread) {
             Some(i) => i,
             None => {
-                self.threads.push((thread, ChunkEncoder::new()));
+                self.threads.push(ThreadBuffer { thread, encoder: ChunkEncoder::new(), seq: 0, first_time: 0 });
                 self.threads.len() - 1
             }
         };
-        if let Event::Access { site, .. } | Event::AccessSized { site, .. } = *event {
-            if site >= self.sites_defined {
+        match *event {
+            Event::Access { site, .. } | Event::AccessSized { site, .. } if site >= self.sites_defined => {
                 return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
             }
+            Event::Exec { path } if path >= self.strings_defined => {
+                return Err(FormatError::InvalidEvent(format!("string {path} was never defined")));
+            }
+            _ => {}
         }
-        self.threads[i].1.push(event);
-        if self.threads[i].1.len() >= self.chunk_target {
+        if self.threads[i].encoder.is_empty() {
+            self.threads[i].first_time = self.started.elapsed().as_nanos() as u64;
+        }
+        self.threads[i].encoder.push(event);
+        if self.threads[i].encoder.len() >= self.chunk_target {
             self.flush_definitions()?;
-            let raw = self.threads[i].1.take();
-            self.write_chunk(ChunkKind::Events, thread, &raw)?;
+            self.write_events(i)?;
         }
         Ok(())
+    }
+
+    /// Writes the buffered events of `self.threads[i]` as one chunk.
+    fn write_events(&mut self, i: usize) -> Result<(), FormatError> {
+        let t = &mut self.threads[i];
+        let events = t.encoder.take();
+        let mut raw = Vec::with_capacity(events.len() + 12);
+        put_events_prefix(&mut raw, t.seq, t.first_time);
+        raw.extend_from_slice(&events);
+        t.seq += 1;
+        let thread = t.thread;
+        self.write_chunk(ChunkKind::Events, thread, &raw)
     }
 
     /// Writes every buffered event as chunks and flushes the output, so that
@@ -103,10 +152,8 @@ impl<W: Write> TraceWriter<W> {
     pub fn flush(&mut self) -> Result<(), FormatError> {
         self.flush_definitions()?;
         for i in 0..self.threads.len() {
-            if !self.threads[i].1.is_empty() {
-                let thread = self.threads[i].0;
-                let raw = self.threads[i].1.take();
-                self.write_chunk(ChunkKind::Events, thread, &raw)?;
+            if !self.threads[i].encoder.is_empty() {
+                self.write_events(i)?;
             }
         }
         self.out.flush()?;
@@ -130,9 +177,18 @@ impl<W: Write> TraceWriter<W> {
             self.write_chunk(ChunkKind::Modules, 0, &json)?;
         }
         if !self.pending_sites.is_empty() {
-            let raw = encode_sites(&self.pending_sites);
+            let first = self.sites_defined - self.pending_sites.len() as u32;
+            let raw = encode_sites(first, &self.pending_sites);
             self.pending_sites.clear();
             self.write_chunk(ChunkKind::Sites, 0, &raw)?;
+        }
+        if !self.pending_strings.is_empty() {
+            let table = StringTable {
+                first: self.strings_defined - self.pending_strings.len() as u32,
+                strings: std::mem::take(&mut self.pending_strings),
+            };
+            let json = serde_json::to_vec(&table).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+            self.write_chunk(ChunkKind::Strings, 0, &json)?;
         }
         Ok(())
     }

@@ -1,0 +1,190 @@
+//! Running a little of our own in the target: a system call made on the
+//! program's behalf (to map a page), and *displaced stepping* — executing a
+//! copy of the instruction under a breakpoint from a scratch page, so the
+//! breakpoint never has to be lifted (uprobes and GDB do the same). A lifted
+//! breakpoint is a window in which other threads run past unseen.
+
+use iced_x86::{BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, InstructionBlock};
+
+use crate::InstrumentError;
+use crate::error::ptrace_err;
+use crate::maps;
+use crate::sys::{self, Regs, Stop, Tid};
+
+const SYS_MMAP: u64 = 9;
+const PAGE: u64 = 4096;
+/// Farthest a relocated rip-relative operand or branch can reach.
+const REACH: u64 = 1 << 31;
+
+/// Makes system call `nr` with `args` in stopped thread `tid` of process
+/// `pid`: the thread steps once through a `syscall` instruction that is
+/// already in executable memory (the vDSO has one), with its registers
+/// restored afterwards. No code is written: other threads keep running
+/// through the program's code meanwhile. Returns the raw result (`-errno`
+/// on failure).
+pub fn syscall(pid: Tid, tid: Tid, nr: u64, args: [u64; 6]) -> Result<u64, InstrumentError> {
+    let Some(at) = find_syscall_instruction(pid) else {
+        return Err(InstrumentError::Ptrace {
+            what: "finding a syscall instruction in the target",
+            cause: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    };
+    let saved = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+    let mut regs = saved;
+    regs.rip = at;
+    regs.rax = nr;
+    (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
+    // Not in a system call: nothing for the kernel to restart.
+    regs.orig_rax = u64::MAX;
+    let result = sys::set_regs(tid, &regs)
+        .and_then(|()| sys::single_step(tid, 0))
+        .and_then(|()| sys::wait(tid))
+        .and_then(|_| sys::get_regs(tid));
+    let restored = sys::set_regs(tid, &saved);
+    let after = result.map_err(ptrace_err("making a system call in the target"))?;
+    restored.map_err(ptrace_err("restoring after a system call"))?;
+    Ok(after.rax)
+}
+
+/// The address of `0f 05` bytes in executable memory of `pid`: in the vDSO
+/// first, else in any executable file mapping.
+fn find_syscall_instruction(pid: Tid) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let mut executable: Vec<(u64, u64, bool)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_ascii_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let vdso = l.ends_with("[vdso]");
+            let (s, e) = range.split_once('-')?;
+            perms
+                .contains('x')
+                .then(|| Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?, vdso)))?
+        })
+        .collect();
+    executable.sort_by_key(|&(_, _, vdso)| !vdso);
+    for (start, end, _) in executable {
+        let mut at = start;
+        while at < end {
+            let mut buf = vec![0u8; (end - at).min(1 << 16) as usize];
+            let n = sys::read_memory(pid, at, &mut buf).ok()?;
+            if let Some(i) = buf[..n].windows(2).position(|w| w == [0x0f, 0x05]) {
+                return Some(at + i as u64);
+            }
+            if n < 2 {
+                break;
+            }
+            at += n as u64 - 1;
+        }
+    }
+    None
+}
+
+/// Maps one executable page in process `pid` (through stopped thread
+/// `tid`) within reach of `near`, so that rip-relative code copied there
+/// still reaches its data. `None` if no such page can be had.
+pub fn map_page_near(pid: Tid, tid: Tid, near: u64) -> Result<Option<u64>, InstrumentError> {
+    let mapped = maps::mapped_ranges(pid).map_err(ptrace_err("reading the target's memory map"))?;
+    let mut candidates: Vec<u64> = Vec::new();
+    let mut prev_end = 0x10000u64;
+    for &(start, end) in mapped.iter().chain(std::iter::once(&(0x7fff_ffff_f000, 0x7fff_ffff_f000))) {
+        if start >= prev_end + PAGE {
+            // The free gap [prev_end, start): its page nearest to `near`.
+            let page = if near < prev_end { prev_end } else { (start - PAGE).min(near & !(PAGE - 1)) };
+            candidates.push(page);
+        }
+        prev_end = prev_end.max(end);
+    }
+    candidates.retain(|&p| p.abs_diff(near) < REACH - 2 * PAGE);
+    candidates.sort_by_key(|&p| p.abs_diff(near));
+    for page in candidates.into_iter().take(8) {
+        let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+        let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let got = syscall(pid, tid, SYS_MMAP, [page, PAGE, prot, flags, u64::MAX, 0])?;
+        if got == page {
+            return Ok(Some(page));
+        }
+    }
+    Ok(None)
+}
+
+/// One instruction prepared for displaced stepping.
+#[derive(Clone, Copy, Debug)]
+pub struct Displaced {
+    /// Where the instruction really is.
+    pub original: u64,
+    /// Where its copy is.
+    pub scratch: u64,
+    orig_len: u64,
+    copy_len: u64,
+    is_call: bool,
+}
+
+impl Displaced {
+    /// Copies the instruction whose bytes (original, without breakpoint)
+    /// start `code` at `original` to `scratch`, re-encoded for its new
+    /// address. `None` if it cannot move (undecodable, or out of reach).
+    pub fn prepare(tid: Tid, original: u64, code: &[u8], scratch: u64) -> Result<Option<Displaced>, InstrumentError> {
+        let instr = Decoder::with_ip(64, code, original, DecoderOptions::NONE).decode();
+        if instr.is_invalid() {
+            return Ok(None);
+        }
+        let Ok(encoded) = BlockEncoder::encode(64, InstructionBlock::new(&[instr], scratch), BlockEncoderOptions::NONE)
+        else {
+            return Ok(None);
+        };
+        let copy = encoded.code_buffer;
+        for (i, chunk) in copy.chunks(8).enumerate() {
+            let at = scratch + 8 * i as u64;
+            let old = sys::peek(tid, at).map_err(ptrace_err("reading the scratch page"))?;
+            let mut bytes = old.to_le_bytes();
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            sys::poke(tid, at, u64::from_le_bytes(bytes)).map_err(ptrace_err("writing the scratch page"))?;
+        }
+        let is_call = matches!(instr.flow_control(), FlowControl::Call | FlowControl::IndirectCall);
+        Ok(Some(Displaced { original, scratch, orig_len: instr.len() as u64, copy_len: copy.len() as u64, is_call }))
+    }
+
+    /// Points `regs` (of a thread at `original`) at the copy.
+    pub fn enter(&self, regs: &mut Regs) {
+        regs.rip = self.scratch;
+    }
+
+    /// After a step of the copy: puts the thread back in the original code
+    /// as if it had run the instruction there. Returns false if the
+    /// instruction did not run (a signal stopped the thread first, or it
+    /// faulted); the thread is then back at `original`.
+    pub fn finish(&self, tid: Tid, regs: &mut Regs) -> Result<bool, InstrumentError> {
+        let ran = regs.rip != self.scratch;
+        if !ran {
+            regs.rip = self.original;
+        } else if regs.rip == self.scratch + self.copy_len {
+            regs.rip = self.original + self.orig_len;
+        }
+        if ran && self.is_call {
+            // The call pushed the copy's return address.
+            sys::poke(tid, regs.rsp, self.original + self.orig_len).map_err(ptrace_err("fixing a return address"))?;
+        }
+        sys::set_regs(tid, regs).map_err(ptrace_err("leaving the scratch page"))?;
+        Ok(ran)
+    }
+
+    /// Runs the instruction for stopped thread `tid`, which is at
+    /// `original`: one step of the copy. Returns the signal that stopped it
+    /// instead, if any (0: none), to be delivered by the caller.
+    pub fn step(&self, tid: Tid) -> Result<i32, InstrumentError> {
+        let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+        self.enter(&mut regs);
+        sys::set_regs(tid, &regs).map_err(ptrace_err("entering the scratch page"))?;
+        sys::single_step(tid, 0).map_err(ptrace_err("stepping a displaced instruction"))?;
+        let signo = match sys::wait(tid).map_err(ptrace_err("waiting for a displaced step"))? {
+            (_, Stop::Signal { signo: libc::SIGTRAP, .. }) => 0,
+            (_, Stop::Signal { signo, .. }) => signo,
+            // The thread is gone: nothing to put back.
+            (_, Stop::Exited(_) | Stop::Killed(_)) => return Ok(0),
+        };
+        let mut after = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+        self.finish(tid, &mut after)?;
+        Ok(signo)
+    }
+}

@@ -1,0 +1,172 @@
+//! Output files: checked before any work starts, written under a temporary
+//! name next to the final one (`OUT.partial`) and renamed into place only
+//! when complete. So an existing file is never truncated before the new one
+//! is known to be wanted, and a half-written file (the recorder was killed)
+//! cannot be mistaken for a finished one — yet stays readable.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// What may be replaced at the output path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replace {
+    /// Only an earlier trace (`record`): anything else needs `--force`.
+    TracesOnly,
+    /// Anything but a trace or an executable (`render`, exports).
+    NotTracesOrPrograms,
+    /// Anything (`--force`), still never an input of the same run.
+    Anything,
+}
+
+/// An output file being written.
+#[derive(Debug)]
+pub struct PendingOutput {
+    path: PathBuf,
+    partial: PathBuf,
+}
+
+impl PendingOutput {
+    /// Checks that `path` may be written by a run that reads `inputs`, and
+    /// names the temporary file. Creates nothing.
+    pub fn new(path: &Path, inputs: &[&Path], replace: Replace) -> Result<Self> {
+        if path.as_os_str().is_empty() {
+            bail!("the output path is empty");
+        }
+        if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
+            bail!("cannot create {}: it is a directory", path.display());
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                bail!("cannot create {}: no directory {}", path.display(), dir.display());
+            }
+        }
+        for input in inputs {
+            if same_file(path, input) {
+                bail!("refusing to write {}: it is also an input of this run ({})", path.display(), input.display());
+            }
+        }
+        if path.exists() {
+            let kind = sniff(path);
+            let refused = match replace {
+                Replace::TracesOnly => (kind != Kind::Trace).then_some("it exists and is not a linetrace trace"),
+                Replace::NotTracesOrPrograms => match kind {
+                    Kind::Trace => Some("it is a linetrace trace"),
+                    Kind::Elf => Some("it is an executable"),
+                    Kind::Other => None,
+                },
+                Replace::Anything => None,
+            };
+            if let Some(why) = refused {
+                bail!("refusing to overwrite {}: {why} (use --force to replace it)", path.display());
+            }
+        }
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        Ok(PendingOutput { path: path.to_path_buf(), partial: PathBuf::from(partial) })
+    }
+
+    /// Where to write until [`PendingOutput::commit`].
+    pub fn partial(&self) -> &Path {
+        &self.partial
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates the temporary file.
+    pub fn create(&self) -> Result<File> {
+        File::create(&self.partial).with_context(|| format!("cannot create {}", self.partial.display()))
+    }
+
+    /// Moves the finished file into place.
+    pub fn commit(self) -> Result<()> {
+        std::fs::rename(&self.partial, &self.path)
+            .with_context(|| format!("cannot move {} to {}", self.partial.display(), self.path.display()))
+    }
+
+    /// Removes the temporary file (nothing worth keeping was written).
+    pub fn abandon(self) {
+        let _ = std::fs::remove_file(&self.partial);
+    }
+}
+
+/// `stem.lntrace`, or `stem.1.lntrace`, `stem.2.lntrace`, ... : the first
+/// that does not exist, so a default output never replaces an old trace.
+pub fn numbered(default: &Path) -> PathBuf {
+    if !default.exists() {
+        return default.to_path_buf();
+    }
+    let stem = default.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let ext = default.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+    (1u32..)
+        .map(|n| default.with_file_name(format!("{stem}.{n}.{ext}")))
+        .find(|p| !p.exists())
+        .unwrap_or_else(|| default.to_path_buf())
+}
+
+/// Whether two paths name the same existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Trace,
+    Elf,
+    Other,
+}
+
+/// What an existing file is, from its first bytes.
+fn sniff(path: &Path) -> Kind {
+    let mut head = [0u8; 8];
+    let n = File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+    if n >= 8 && head == trace_rt::format::MAGIC {
+        Kind::Trace
+    } else if n >= 4 && head[..4] == *b"\x7fELF" {
+        Kind::Elf
+    } else {
+        Kind::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_inputs_directories_and_foreign_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let trace = dir.path().join("t.lntrace");
+        std::fs::write(&trace, trace_rt::format::MAGIC).expect("write");
+        let text = dir.path().join("notes.txt");
+        std::fs::write(&text, "keep me").expect("write");
+        assert!(PendingOutput::new(&trace, &[&trace], Replace::Anything).is_err(), "an input");
+        assert!(PendingOutput::new(dir.path(), &[], Replace::Anything).is_err(), "a directory");
+        assert!(PendingOutput::new(&text, &[], Replace::TracesOnly).is_err(), "not a trace");
+        assert!(PendingOutput::new(&trace, &[], Replace::TracesOnly).is_ok(), "an old trace");
+        assert!(PendingOutput::new(&trace, &[], Replace::NotTracesOrPrograms).is_err(), "render over a trace");
+        assert!(PendingOutput::new(&text, &[], Replace::Anything).is_ok(), "--force");
+        let p = PendingOutput::new(&dir.path().join("new.png"), &[], Replace::NotTracesOrPrograms).expect("new");
+        assert_eq!(p.partial(), dir.path().join("new.png.partial"));
+    }
+
+    #[test]
+    fn default_outputs_are_numbered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path().join("trace.lntrace");
+        assert_eq!(numbered(&d), d);
+        std::fs::write(&d, "").expect("write");
+        assert_eq!(numbered(&d), dir.path().join("trace.1.lntrace"));
+        std::fs::write(dir.path().join("trace.1.lntrace"), "").expect("write");
+        assert_eq!(numbered(&d), dir.path().join("trace.2.lntrace"));
+    }
+}
