@@ -50,14 +50,19 @@ fn per_line_reads_equal_cachegrind() {
     }
 }
 
+/// The checked-in fixture: `tests/data/array_sweep` and its trace of `work`
+/// (see tests/data/README.md).
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
+}
+
 /// Example (a): the forward sweep inserts one new line every 4 columns at
 /// increasing rows, the backward half-sweep only hits, and the final `ret`
-/// adds the one stack line, in the last row.
+/// adds the one stack line, in the last row. On the checked-in trace: the
+/// numbers are the fixture binary's, whatever compiler is installed.
 #[test]
 fn array_sweep_bitmap_structure() {
-    let bin = c_example("array_sweep", &[]);
-    let trace = trace_path("bitmap");
-    assert!(record(&bin, "work", &[], &trace).status.success());
+    let trace = fixture("array_sweep_work.lntrace");
     let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     assert_eq!(model.columns, 376);
     let mut inserted_at = Vec::new();
@@ -89,15 +94,16 @@ fn array_sweep_bitmap_structure() {
 }
 
 /// `render` writes a PNG of the requested size with the flamegraph and the
-/// bitmap, identical to the golden image (LINETRACE_BLESS=1 rewrites it).
+/// bitmap, identical to the golden image (LINETRACE_BLESS=1 rewrites it),
+/// from the checked-in trace and binary.
 #[test]
 fn render_matches_the_golden_image() {
-    let bin = c_example("array_sweep", &[]);
-    let trace = trace_path("render");
-    assert!(record(&bin, "work", &[], &trace).status.success());
-    let png_path = trace.with_extension("png");
+    let trace = fixture("array_sweep_work.lntrace");
+    let png_path = trace_path("render").with_extension("png");
     let out = linetrace()
-        .args(["render", "--width", "400", "--height", "200", "-o"])
+        .args(["render", "--width", "400", "--height", "200", "--modules"])
+        .arg(fixture(""))
+        .arg("-o")
         .arg(&png_path)
         .arg(&trace)
         .output()

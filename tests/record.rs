@@ -288,12 +288,24 @@ fn sigterm_kills_the_target_and_marks_the_trace() {
     // SAFETY: kill(2) of our own child.
     unsafe { libc_kill(child.id() as i32, 15) };
     let out = child.wait_with_output().expect("wait");
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(128 + 15), "exit status of death by SIGTERM, not the killed target's");
     assert!(!running(&bin), "the target was killed");
     let r = report(&trace);
     assert_eq!(r["truncated"], true);
     assert!(r["status"].as_str().expect("status").contains("Interrupted"), "{}", r["status"]);
     assert!(r["total"]["reads"].as_u64() > Some(0));
+}
+
+/// Ctrl-C (SIGINT): exit code 130, a finished trace marked interrupted.
+#[test]
+fn sigint_exits_130() {
+    let (child, trace, _bin) = start_long_recording("sigint");
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc_kill(child.id() as i32, 2) };
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130));
+    assert!(report(&trace)["status"].as_str().expect("status").contains("Interrupted"));
 }
 
 unsafe extern "C" {

@@ -1,7 +1,5 @@
 //! Decoder tests on synthetic traces written with the trace-rt writer.
 
-use std::path::PathBuf;
-
 use decoder::model::{DecodeOptions, Model};
 use decoder::raster::{BitmapView, Palette, cell_colour, rasterize_bitmap};
 use decoder::working_set::WorkingSetConfig;
@@ -9,8 +7,8 @@ use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Metadata, Site,
 
 /// Writes a trace of `reads` (address, size) as 64-byte-site reads of one
 /// invocation, with small chunks; returns its path.
-fn write_trace(name: &str, reads: &[(u64, u32)], finish: bool, chunk: usize) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("linetrace-decoder-{name}-{}.lntrace", std::process::id()));
+fn write_trace(reads: &[(u64, u32)], finish: bool, chunk: usize) -> tempfile::TempPath {
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let file = std::fs::File::create(&path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     w.set_chunk_target(chunk);
@@ -44,7 +42,7 @@ fn to8(c: [f64; 3]) -> [u8; 4] {
 #[test]
 fn pixels_of_a_three_column_trace() {
     // Line 0, line 1, line 0 again, 64 bytes each.
-    let path = write_trace("pixels", &[(0, 64), (64, 64), (0, 64)], true, 1 << 20);
+    let path = write_trace(&[(0, 64), (64, 64), (0, 64)], true, 1 << 20);
     let model = Model::decode(&path, &options(4, 4, 1), &mut |_| {}).expect("decode");
     assert_eq!(model.columns, 3);
     let p = Palette::default();
@@ -92,7 +90,7 @@ fn colours_go_from_purple_to_green_and_fade_with_age() {
 
 #[test]
 fn a_single_access_stays_visible_with_alpha_below_one() {
-    let path = write_trace("isolated", &[(4096, 8)], true, 1 << 20);
+    let path = write_trace(&[(4096, 8)], true, 1 << 20);
     let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let p = Palette::default();
     // One column among 100,000, one row among 100, all in one pixel.
@@ -114,7 +112,7 @@ fn replay_from_any_snapshot_matches_a_straight_run() {
             (((seed >> 33) % 300) * 16, 16)
         })
         .collect();
-    let path = write_trace("replay", &reads, true, 256);
+    let path = write_trace(&reads, true, 256);
     let coarse = Model::decode(&path, &options(32, 32, u64::MAX), &mut |_| {}).expect("decode");
     let fine = Model::decode(&path, &options(32, 32, 10), &mut |_| {}).expect("decode");
     assert_eq!(coarse.working_set.snapshots.len(), 1);
@@ -133,7 +131,7 @@ fn replay_from_any_snapshot_matches_a_straight_run() {
 #[test]
 fn a_truncated_trace_decodes_and_says_so() {
     let reads: Vec<(u64, u32)> = (0..1000).map(|i| (i * 8, 8)).collect();
-    let path = write_trace("truncated", &reads, false, 512);
+    let path = write_trace(&reads, false, 512);
     let len = std::fs::metadata(&path).expect("meta").len();
     // Cut the file in the middle of a chunk, as a crash would.
     let file = std::fs::OpenOptions::new().write(true).open(&path).expect("open");
@@ -151,7 +149,7 @@ fn metrics_of_a_strided_sweep() {
     // 4 reads of 16 bytes per line over 8 lines, then the same again.
     let mut reads: Vec<(u64, u32)> = (0..32).map(|i| (i * 16, 16)).collect();
     reads.extend((0..32).map(|i| (i * 16, 16)));
-    let path = write_trace("metrics", &reads, true, 1 << 20);
+    let path = write_trace(&reads, true, 1 << 20);
     let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let m = &model.metrics;
     assert_eq!(model.total.reads, 64);
@@ -169,7 +167,7 @@ fn metrics_of_a_strided_sweep() {
 
 #[test]
 fn reads_fall_into_allocations() {
-    let path = std::env::temp_dir().join(format!("linetrace-decoder-alloc-{}.lntrace", std::process::id()));
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let file = std::fs::File::create(&path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
@@ -236,7 +234,7 @@ fn reference_bitmap(model: &Model, view: &BitmapView, p: &Palette) -> Vec<u8> {
 
 #[test]
 fn fast_rasteriser_equals_the_per_cell_reference() {
-    let path = std::env::temp_dir().join(format!("linetrace-decoder-raster-{}.lntrace", std::process::id()));
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let file = std::fs::File::create(&path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     w.set_chunk_target(300);

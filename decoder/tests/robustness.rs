@@ -41,7 +41,7 @@ proptest! {
         sizes in prop::collection::vec(prop_oneof![1u32..64, Just(u32::MAX)], 1..4),
         events in prop::collection::vec((0u32..3, event(4)), 1..200),
     ) {
-        let path = std::env::temp_dir().join(format!("linetrace-robust-{}-{}.lntrace", std::process::id(), rand_id()));
+        let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
         let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("test")).expect("header");
         w.set_chunk_target(64);
         for (i, &size) in sizes.iter().enumerate() {
@@ -69,19 +69,12 @@ proptest! {
                 prop_assert!(drawn.is_ok(), "render failed: {:?}", drawn.err());
             }
         }
-        let _ = std::fs::remove_file(&path);
     }
-}
-
-fn rand_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 #[test]
 fn a_huge_access_is_a_clear_error() {
-    let path = std::env::temp_dir().join(format!("linetrace-huge-{}.lntrace", std::process::id()));
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let mut w =
         TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("test")).expect("header");
     let site = w.add_site(Site { pc: 1, len: 2, kind: AccessKind::Read, size: 1, count: 1 });

@@ -23,10 +23,15 @@ use crate::sys::{self, Regs, Stop, Tid};
 use crate::{InstrumentError, Progress, RecordOptions, RecordSummary, interrupt};
 
 const INT3: u8 = 0xcc;
-/// `si_code` of the SIGTRAP a single step raises (`TRAP_TRACE`), and of the
-/// one after stepping over a system call (`TRAP_BRKPT`).
+/// `si_code` of the SIGTRAP a single step raises (`TRAP_TRACE`), of the
+/// one after stepping over a system call (`TRAP_BRKPT`), and of the stop
+/// the kernel makes after a step that entered a signal handler (the
+/// ptrace notification: `si_code` is SIGTRAP itself). A program cannot
+/// raise any of these (user-sent signals have `si_code` <= 0, int3 has
+/// `SI_KERNEL`).
 const TRAP_BRKPT: i32 = 1;
 const TRAP_TRACE: i32 = 2;
+const TRAP_NOTIFY: i32 = libc::SIGTRAP;
 /// `si_code` of the SIGTRAP an `int3` raises: our breakpoints, or the
 /// target's own.
 const SI_KERNEL: i32 = 0x80;
@@ -1131,7 +1136,7 @@ impl Tracer {
 /// (ours), not one the program raised.
 fn is_step_trap(tid: Tid) -> bool {
     match sys::sig_info(tid) {
-        Ok(info) => matches!(info.si_code, TRAP_TRACE | TRAP_BRKPT),
+        Ok(info) => matches!(info.si_code, TRAP_TRACE | TRAP_BRKPT | TRAP_NOTIFY),
         // No information: the overwhelmingly likely case.
         Err(_) => true,
     }

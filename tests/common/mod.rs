@@ -187,3 +187,67 @@ pub fn first_invocation<'a>(events: &'a [String], binary: &Path, function: &str)
     let bias = hex_field(start, "pc").expect("pc") - symbol_address(binary, function);
     (start, bias)
 }
+
+/// What [`run_bounded`] saw.
+pub struct Bounded {
+    /// Exit code (None: killed, e.g. for running too long).
+    pub code: Option<i32>,
+    /// Whether it had to be killed for running past the limit.
+    pub timed_out: bool,
+    /// Peak resident memory in KiB.
+    pub max_rss_kib: u64,
+    /// Standard error.
+    pub stderr: String,
+    /// Standard output.
+    pub stdout: String,
+}
+
+/// Runs `cmd` for at most `limit`, killing it past that, and measures its
+/// peak memory (`wait4`'s rusage).
+pub fn run_bounded(mut cmd: Command, limit: std::time::Duration) -> Bounded {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out_pipe = child.stdout.take().expect("stdout");
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out_pipe.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err_pipe.read_to_string(&mut s);
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let started = std::time::Instant::now();
+    let mut timed_out = false;
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data the kernel fills.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: our own child; valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break (status, usage);
+        }
+        if started.elapsed() > limit && !timed_out {
+            timed_out = true;
+            let _ = child.kill();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    Bounded {
+        code,
+        timed_out,
+        max_rss_kib: usage.ru_maxrss as u64,
+        stderr: err_reader.join().unwrap_or_default(),
+        stdout: out_reader.join().unwrap_or_default(),
+    }
+}

@@ -156,17 +156,16 @@ impl ElfSymbols {
 
     /// Like [`ElfSymbols::load`], from a mapped file.
     pub fn parse(data: &[u8], path: &Path, paths: &SymbolPaths) -> Result<Self, SymbolError> {
+        let wrong_machine = |arch: object::Architecture| match arch {
+            object::Architecture::Unknown => SymbolError::NoMachine(path.to_path_buf()),
+            arch => SymbolError::WrongArchitecture { path: path.to_path_buf(), arch: format!("{arch:?}") },
+        };
         let file = ElfFile64::<Endianness>::parse(data).map_err(|cause| match object::File::parse(data) {
-            Ok(other) if other.architecture() != object::Architecture::X86_64 => {
-                SymbolError::WrongArchitecture { path: path.to_path_buf(), arch: format!("{:?}", other.architecture()) }
-            }
+            Ok(other) if other.architecture() != object::Architecture::X86_64 => wrong_machine(other.architecture()),
             _ => SymbolError::Parse { path: path.to_path_buf(), cause },
         })?;
         if file.architecture() != object::Architecture::X86_64 {
-            return Err(SymbolError::WrongArchitecture {
-                path: path.to_path_buf(),
-                arch: format!("{:?}", file.architecture()),
-            });
+            return Err(wrong_machine(file.architecture()));
         }
         let mut functions = function_symbols(&file);
         let has_symtab = file.symbols().any(|s| s.kind() == SymbolKind::Text && !s.is_undefined());

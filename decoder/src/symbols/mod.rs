@@ -70,6 +70,9 @@ pub enum SymbolError {
         /// Its architecture.
         arch: String,
     },
+    /// The ELF header names no machine at all (a damaged or fake file).
+    #[error("{0} is a malformed ELF file (its header names no machine)")]
+    NoMachine(PathBuf),
     /// The ELF structures are malformed.
     #[error("{path} is a malformed ELF file")]
     Parse {
@@ -254,7 +257,7 @@ impl Symbolizer {
                 Some(Mutex::new(m))
             }
             Err(e) => {
-                self.warn(format!("{}: {}; its code shows as ??", module.path, error_chain(&e)));
+                self.warn(format!("{}; its code shows as ??", error_chain(&e)));
                 None
             }
         }
