@@ -21,8 +21,8 @@ fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// 1. `-o` naming the traced program, the input trace or a directory is
-/// refused before anything is touched; an existing file that is not a
+/// Item 1: `-o` naming the traced program, the input trace or a directory
+/// is refused before anything is touched; an existing file that is not a
 /// trace is not replaced without --force; the default output is numbered.
 #[test]
 fn outputs_that_would_destroy_inputs_are_refused() {
@@ -73,7 +73,7 @@ fn outputs_that_would_destroy_inputs_are_refused() {
     assert!(dir.join("trace.lntrace").exists() && dir.join("trace.1.lntrace").exists());
 }
 
-/// 2. A program that cannot be started leaves no trace file behind.
+/// Item 2: A program that cannot be started leaves no trace file behind.
 #[test]
 fn an_unstartable_program_writes_nothing() {
     use std::os::unix::fs::PermissionsExt;
@@ -91,7 +91,7 @@ fn an_unstartable_program_writes_nothing() {
     assert!(!dir.join("nox.lntrace.partial").exists(), "no partial trace");
 }
 
-/// 3. A SIGTRAP the traced function raises itself (int3 or raise) reaches
+/// Item 3: A SIGTRAP the traced function raises itself (int3 or raise) reaches
 /// the program as it would natively: its handler runs, or it dies of it.
 #[test]
 fn sigtraps_of_the_program_are_delivered() {
@@ -108,7 +108,7 @@ fn sigtraps_of_the_program_are_delivered() {
     }
 }
 
-/// 4. `-f strlen` traces the implementation glibc selected (an IFUNC), in
+/// Item 4: `-f strlen` traces the implementation glibc selected (an IFUNC), in
 /// a static binary and in libc, not the resolver; `MODULE:NAME` works.
 #[test]
 fn ifuncs_trace_the_selected_implementation() {
@@ -137,7 +137,7 @@ fn ifuncs_trace_the_selected_implementation() {
     assert!(stderr_of(&out).contains("no module named 'nosuch'") && stderr_of(&out).contains("libc.so.6"));
 }
 
-/// 5. An exec inside the traced function ends tracing there: an exec event
+/// Item 5: An exec inside the traced function ends tracing there: an exec event
 /// with the new program, nothing of it recorded, its output and exit code
 /// passed through.
 #[test]
@@ -157,7 +157,7 @@ fn exec_stops_tracing() {
     assert!(r["total"]["instructions"].as_u64() < Some(2000), "{}", r["total"]);
 }
 
-/// 6. Calls of the traced function on other threads while one thread is
+/// Item 6: Calls of the traced function on other threads while one thread is
 /// stepped are counted, and every call is either traced or counted.
 #[test]
 fn calls_on_other_threads_are_counted() {
@@ -202,7 +202,7 @@ fn trace_with_modules(path: &Path, modules: &[(&Path, u64)]) {
     w.finish(&Trailer::default()).expect("finish");
 }
 
-/// 7. Module paths in a trace are untrusted: /dev/zero, a FIFO, a
+/// Item 7: Module paths in a trace are untrusted: /dev/zero, a FIFO, a
 /// directory and huge files are refused or mapped, never read whole, never
 /// waited on; report and render finish quickly in bounded memory and say
 /// why the code shows as ??.
@@ -243,7 +243,7 @@ fn module_paths_from_a_trace_are_untrusted() {
     }
 }
 
-/// 8. A corrupt length in a middle chunk is damage, reported by report and
+/// Item 8: A corrupt length in a middle chunk is damage, reported by report and
 /// dump, and the chunks after it are still read.
 #[test]
 fn a_corrupt_middle_chunk_is_reported() {
@@ -284,7 +284,7 @@ fn chunk_offsets(bytes: &[u8]) -> Vec<usize> {
     out
 }
 
-/// 9. libc's internal functions (the IFUNC implementations) are named from
+/// Item 9: libc's internal functions (the IFUNC implementations) are named from
 /// the separate debug file's symbol table, not `?? (libc.so.6)`; and
 /// MiniDebugInfo (`.gnu_debugdata`) names the functions of a binary whose
 /// `.symtab` was stripped.

@@ -206,6 +206,8 @@ pub struct Bounded {
 /// peak memory (`wait4`'s rusage).
 pub fn run_bounded(mut cmd: Command, limit: std::time::Duration) -> Bounded {
     use std::io::Read;
+    // Reaped below with wait4, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
     let mut child = cmd
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
