@@ -208,9 +208,33 @@ pub struct RenderArgs {
     /// accesses visible when zoomed out, above 1 filters them.
     #[arg(long, default_value_t = 1.0)]
     pub alpha: f64,
+    /// What the bitmap's colours show.
+    #[arg(long, value_enum, default_value_t = ColourByArg::Bytes)]
+    pub colour_by: ColourByArg,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,
+}
+
+/// What the bitmap's colours show.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ColourByArg {
+    /// Bytes read from the line: purple (none) to green (a line's worth).
+    Bytes,
+    /// Distinct bytes of the line read.
+    Distinct,
+    /// Age only: bright when just touched.
+    Age,
+}
+
+impl From<ColourByArg> for decoder::raster::ColourBy {
+    fn from(c: ColourByArg) -> Self {
+        match c {
+            ColourByArg::Bytes => decoder::raster::ColourBy::BytesRead,
+            ColourByArg::Distinct => decoder::raster::ColourBy::DistinctBytes,
+            ColourByArg::Age => decoder::raster::ColourBy::Age,
+        }
+    }
 }
 
 /// Arguments of `dump`.

@@ -4,8 +4,12 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
-use decoder::raster::{Image, RenderOptions};
+use decoder::raster::{Image, Picture, RenderOptions};
 use decoder::symbols::Symbolizer;
+use embedded_graphics::mono_font::{MonoTextStyle, ascii::FONT_6X10};
+use embedded_graphics::pixelcolor::Rgb888;
+use embedded_graphics::prelude::*;
+use embedded_graphics::text::{Baseline, Text};
 
 use crate::cli::{self, RenderArgs};
 use crate::output::{PendingOutput, Replace};
@@ -41,10 +45,22 @@ pub fn render(args: RenderArgs) -> Result<()> {
         bail!("{} has no memory reads to draw", args.file.display());
     }
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
-    let options = RenderOptions { width: args.width, height: args.height, columns, alpha: args.alpha };
+    let options = RenderOptions {
+        width: args.width,
+        height: args.height,
+        columns,
+        alpha: args.alpha,
+        colour_by: args.colour_by.into(),
+    };
     let mut bar = LazyProgress::new("drawing");
-    let image = decoder::raster::render(&model, &symbols, &options, &mut |done, total| bar.update(done, total))?;
+    let mut name = |pc: u64| symbols.locate(pc).function.clone();
+    let mut picture = decoder::raster::render(&model, &options, &mut name, &mut |done, total| {
+        bar.update(done, total);
+        true
+    })?;
     bar.finish();
+    draw_labels(&mut picture, &symbols);
+    let image = picture.image;
     for w in symbols.warnings() {
         eprintln!("linetrace: warning: {w}");
     }
@@ -66,6 +82,55 @@ pub fn render(args: RenderArgs) -> Result<()> {
         model.columns
     );
     Ok(())
+}
+
+/// Writes function names into the flamegraph bars wide enough for them.
+fn draw_labels(picture: &mut Picture, symbols: &Symbolizer) {
+    if picture.bar_height < 11.0 {
+        return;
+    }
+    let style = MonoTextStyle::new(&FONT_6X10, Rgb888::BLACK);
+    let mut canvas = Canvas(&mut picture.image);
+    for bar in &picture.bars {
+        let Some(i) = bar.frame.filter(|_| bar.frames == 1) else { continue };
+        let room = ((bar.x1.min(f64::from(canvas.0.width)) - bar.x0.max(0.0)) as i64 - 4) / 6;
+        if room < 3 {
+            continue;
+        }
+        let name = symbols.locate(picture.frames[i].function).function.clone();
+        let label: String = if name.chars().count() as i64 <= room {
+            name
+        } else {
+            name.chars().take((room - 2) as usize).chain("..".chars()).collect()
+        };
+        let y0 = (f64::from(bar.depth) * picture.bar_height).round() as i32;
+        let at = Point::new(bar.x0.max(0.0) as i32 + 2, y0 + ((picture.bar_height as i32 - 10) / 2).max(0));
+        let _ = Text::with_baseline(&label, at, style, Baseline::Top).draw(&mut canvas);
+    }
+}
+
+/// embedded-graphics drawing onto an [`Image`].
+struct Canvas<'a>(&'a mut Image);
+
+impl OriginDimensions for Canvas<'_> {
+    fn size(&self) -> Size {
+        Size::new(self.0.width, self.0.height)
+    }
+}
+
+impl DrawTarget for Canvas<'_> {
+    type Color = Rgb888;
+    type Error = std::convert::Infallible;
+
+    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(&mut self, pixels: I) -> Result<(), Self::Error> {
+        for Pixel(p, c) in pixels {
+            if p.x >= 0 && p.y >= 0 {
+                let colour = [f64::from(c.r()) / 255.0, f64::from(c.g()) / 255.0, f64::from(c.b()) / 255.0];
+                self.0.set(p.x as u32, p.y as u32, colour);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Encodes `image` in `format`.

@@ -27,8 +27,8 @@ struct Report<'a> {
     skipped_invocations: u64,
     columns: u64,
     line_size: u32,
-    threads: &'a std::collections::BTreeMap<u32, decoder::summary::Totals>,
-    total: &'a decoder::summary::Totals,
+    threads: &'a std::collections::BTreeMap<u32, decoder::totals::Totals>,
+    total: &'a decoder::totals::Totals,
     metrics: &'a decoder::model::Metrics,
     warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,7 +119,7 @@ pub fn report(args: ReportArgs) -> Result<()> {
         writeln!(out, "note:       {note}")?;
     }
     writeln!(out)?;
-    let row = |out: &mut dyn Write, name: &str, t: &decoder::summary::Totals| {
+    let row = |out: &mut dyn Write, name: &str, t: &decoder::totals::Totals| {
         writeln!(
             out,
             "{name:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8} {:>8}",

@@ -21,6 +21,8 @@
 
 use std::collections::HashMap;
 
+use trace_rt::format::Event;
+
 use crate::reuse::BuildLineHasher;
 
 /// Maps keyed by addresses and thread ids, on the per-call path: a cheap
@@ -92,6 +94,54 @@ pub struct CallTree {
     /// Inclusive totals of the calls made from each call instruction;
     /// recursion through the same call counted once.
     pub callsite_totals: FastMap<u64, Inclusive>,
+}
+
+impl CallTree {
+    /// The frames overlapping columns `[from, to)` (a frame of no reads
+    /// overlaps if it starts inside), in pre-order. Frames start in
+    /// non-decreasing column order, so those starting inside the range are
+    /// one binary search away; those starting before it and still open
+    /// are the ancestors of the last frame that started before it.
+    pub fn overlapping(&self, from: u64, to: u64) -> impl Iterator<Item = &Frame> {
+        let f = &self.frames;
+        let overlaps = move |x: &Frame| {
+            x.first_column < to && x.end_column > from
+                || x.first_column == x.end_column && x.first_column >= from && x.first_column < to
+        };
+        let lo = f.partition_point(|x| x.first_column < from);
+        let hi = f.partition_point(|x| x.first_column < to);
+        let mut before: Vec<usize> = Vec::new();
+        // One thread's frames nest by columns; with several threads their
+        // frames interleave, and only a scan is sure.
+        let one_thread = f.first().is_none_or(|x| f.iter().all(|y| y.thread == x.thread));
+        if one_thread {
+            let mut at = lo.checked_sub(1);
+            while let Some(i) = at {
+                if overlaps(&f[i]) {
+                    before.push(i);
+                }
+                at = f[i].parent.map(|p| p as usize);
+            }
+            before.reverse();
+        } else {
+            before = (0..lo).filter(|&i| overlaps(&f[i])).collect();
+        }
+        before.into_iter().chain(lo..hi).map(move |i| &f[i]).filter(move |x| overlaps(x))
+    }
+}
+
+/// Feeds a control-flow event to the call tree at `column`; false for
+/// events that are not about control flow.
+pub fn apply_control(calls: &mut CallTreeBuilder, thread: u32, event: &Event, column: u64) -> bool {
+    match *event {
+        Event::Call { callsite, target, sp } => calls.call(thread, callsite, target, sp, column),
+        Event::TailCall { callsite, target, sp } => calls.tail_call(thread, callsite, target, sp, column),
+        Event::Return { sp } => calls.ret(thread, sp, column),
+        Event::InvocationStart { index, pc, sp } => calls.invocation_start(thread, index, pc, sp, column),
+        Event::InvocationEnd { .. } => calls.invocation_end(thread, column),
+        _ => return false,
+    }
+    true
 }
 
 /// Rows a flamegraph of `frames` needs: the deepest depth plus one (0 for

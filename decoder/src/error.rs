@@ -1,5 +1,6 @@
 /// Everything that can go wrong decoding a trace.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The trace file could not be read or is malformed.
     #[error(transparent)]
@@ -10,4 +11,7 @@ pub enum DecodeError {
     /// A configuration value is out of range.
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
+    /// A long piece of work was stopped by its caller.
+    #[error("cancelled")]
+    Cancelled,
 }

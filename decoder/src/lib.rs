@@ -20,14 +20,19 @@
 //! # Ok::<(), decoder::DecodeError>(())
 //! ```
 
+pub mod allocations;
 pub mod calltree;
+pub mod cursor;
 mod error;
+pub mod lines;
 pub mod model;
+pub mod pyramid;
 pub mod raster;
 pub mod reuse;
-pub mod summary;
+pub mod spans;
 pub mod symbols;
 pub mod tables;
+pub mod totals;
 pub mod working_set;
 
 pub use error::DecodeError;

@@ -1,43 +1,60 @@
 //! The decoded model: the second contract of linetrace, read by every view
-//! (viewer, `report`, `render`, exports).
+//! (viewer, `report`, `render`, `at`, exports). Version [`MODEL_VERSION`].
 //!
 //! [`Model::decode`] reads a trace once, in bounded memory, and produces:
 //! - **columns**: the x axis. Column `i` is the `i`-th memory-read event of
 //!   the trace in file order (loads and read-modify-writes; each element of
 //!   a gather is its own read; a rep-string range is one read). Writes do not
-//!   make columns.
+//!   make columns. The lines a read touches are [`crate::lines::LineSize::lines`].
 //! - **call tree** ([`CallTree`]): frames spanning `[first_column,
-//!   end_column)`, so a frame is exactly as wide as the reads it made.
-//! - **working set index** ([`WorkingSetIndex`]): the bitmap, stored as
-//!   snapshots of the working set at events-chunk boundaries (at most one per
-//!   `snapshot_every` columns, and at most [`MAX_SNAPSHOTS`] in all: the
-//!   interval doubles when they would be more). Any column range is drawn by
-//!   restoring the snapshot before it and replaying the trace from that chunk
-//!   — nothing of size columns x rows is ever materialised.
+//!   end_column)`, in pre-order with non-decreasing `first_column`, so a
+//!   frame is exactly as wide as the reads it made and the frames of a
+//!   column range are found by binary search ([`CallTree::overlapping`]).
+//! - **working set index** ([`WorkingSetIndex`]): snapshots of the working
+//!   set at events-chunk boundaries (at most one per `snapshot_every`
+//!   columns, at most [`MAX_SNAPSHOTS`] in all: the interval doubles when
+//!   they would be more). Any column is reached by restoring the snapshot
+//!   before it and replaying the trace from that chunk:
+//!   [`crate::cursor::ColumnCursor`], the one way every consumer walks
+//!   columns. Nothing of size columns x rows is ever materialised.
+//! - **bitmap summary** ([`BitmapPyramid`]): the bitmap summed over blocks
+//!   of `2^k` columns at every k from the finest (`2^12` columns, coarser
+//!   for very long traces) up ([`crate::spans`] says what is summed and what
+//!   is approximate). A zoomed-out view is drawn from it in O(pixels x rows)
+//!   time; zoomed-in views replay exactly.
 //! - **allocations** ([`AllocationRecord`]): blocks with address range and
-//!   lifetime in columns, and the reads/writes that fell into each.
+//!   lifetime in columns, and the reads/writes that fell into each, with an
+//!   [`AllocationIndex`] for "which block holds address A at column c".
 //! - **metrics** ([`Metrics`]) and per-site counts for per-function, per-line
 //!   and per-allocation-site tables ([`crate::tables`]).
 //!
 //! Memory use grows with the program's footprint (distinct lines, sites,
-//! calls, allocations), not with the number of accesses.
+//! calls, allocations), not with the number of accesses; the bitmap summary
+//! is capped ([`crate::pyramid::MAX_LEVEL0_CELLS`]).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use trace_rt::format::{AllocKind, Damage, Event, Metadata, Module, Site, TraceEnd, TraceReader};
 
 use crate::DecodeError;
-use crate::calltree::{CallTree, CallTreeBuilder, Frame, OpenStack};
+use crate::allocations::AllocationIndex;
+pub use crate::allocations::AllocationRecord;
+use crate::calltree::{CallTree, CallTreeBuilder, Frame, OpenStack, apply_control};
+use crate::cursor::ColumnCursor;
+use crate::lines::LineSize;
+use crate::pyramid::{BitmapPyramid, PyramidBuilder};
 use crate::reuse::{ReuseDistance, ReuseHistogram};
-use crate::summary::Totals;
-use crate::working_set::{FastWorkingSet, LineState, OrderedWorkingSet, WorkingSetConfig};
+use crate::spans::SpanAccumulator;
+use crate::totals::Totals;
+use crate::working_set::{
+    Departure, FastWorkingSet, LineObserver, LineState, OrderedWorkingSet, SortedLines, WorkingSetConfig,
+};
 
-/// A trace reader over a buffered file.
-type FileReader = TraceReader<BufReader<File>>;
+/// Version of this contract; bumped when a field changes meaning.
+/// 2: the bitmap summary, the allocation index, damage and exec, cursors.
+pub const MODEL_VERSION: u32 = 2;
 
 /// Most snapshots kept; beyond, every other one is dropped.
 pub const MAX_SNAPSHOTS: usize = 256;
@@ -93,39 +110,6 @@ pub fn access_of(event: &Event, sites: &[Site]) -> Result<Option<Access>, Decode
         return Err(DecodeError::Corrupt(format!("an access of {size} bytes at {addr:#x} (site {site})")));
     }
     Ok(Some(Access { site, addr, size, reads: kind.reads(), writes: kind.writes() }))
-}
-
-/// One recorded heap block or mapping.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct AllocationRecord {
-    /// What created it.
-    pub kind: AllocKind,
-    /// First address.
-    pub address: u64,
-    /// Requested size.
-    pub size: u64,
-    /// Requested alignment (0: none).
-    pub align: u64,
-    /// The call that created it.
-    pub callsite: u64,
-    /// Column at which it was created.
-    pub alloc_column: u64,
-    /// Column at which it was freed (None: still live at the end).
-    pub free_column: Option<u64>,
-    /// Thread that created it.
-    pub thread: u32,
-    /// Reads that fell into it.
-    pub reads: u64,
-    /// Writes that fell into it.
-    pub writes: u64,
-}
-
-impl AllocationRecord {
-    /// Whether `addr` is inside the block (a 0-byte block holds its first
-    /// address, so accesses to it are still attributed).
-    pub fn contains(&self, addr: u64) -> bool {
-        addr >= self.address && addr - self.address < self.size.max(1)
-    }
 }
 
 /// Locality metrics of the whole trace (counts are in [`Totals`]).
@@ -208,10 +192,14 @@ pub struct Model {
     pub call_tree: CallTree,
     /// Heap blocks and mappings, by creation.
     pub allocations: Vec<AllocationRecord>,
+    /// Interval index over `allocations`.
+    pub allocation_index: AllocationIndex,
     /// Whole-trace metrics.
     pub metrics: Metrics,
-    /// The bitmap.
+    /// Snapshots of the working set.
     pub working_set: WorkingSetIndex,
+    /// The bitmap summed at every power-of-two scale.
+    pub pyramid: BitmapPyramid,
     /// Totals per thread.
     pub threads: BTreeMap<u32, Totals>,
     /// Totals of all threads (unique lines counted once across threads).
@@ -227,18 +215,15 @@ impl Model {
         let mut b = Builder::new(*options);
         let (reader, end) = b.run(reader, progress)?;
         let columns = b.column;
+        let pyramid = b.finish_pyramid();
         let mut metrics = b.metrics;
         // Lines still in the set at the end count as fetches too.
-        let (mut fetches, mut fetch_bytes, mut fetch_distinct) = b.fetch_stats;
-        b.set.drain(|d| {
-            fetches += 1;
-            fetch_bytes += u64::from(d.state.bytes_read);
-            fetch_distinct += u64::from(d.state.distinct_bytes());
-        });
-        metrics.line_fetches = fetches;
-        if fetches > 0 {
-            metrics.mean_bytes_read_per_fetch = fetch_bytes as f64 / fetches as f64;
-            metrics.mean_distinct_bytes_per_fetch = fetch_distinct as f64 / fetches as f64;
+        let mut fetches = b.fetches;
+        b.set.drain(|d| fetches.departed(d));
+        metrics.line_fetches = fetches.count;
+        if fetches.count > 0 {
+            metrics.mean_bytes_read_per_fetch = fetches.bytes as f64 / fetches.count as f64;
+            metrics.mean_distinct_bytes_per_fetch = fetches.distinct as f64 / fetches.count as f64;
             metrics.utilisation = metrics.mean_distinct_bytes_per_fetch / f64::from(options.working_set.line_size);
         }
         let mut threads = BTreeMap::new();
@@ -249,9 +234,8 @@ impl Model {
             threads.insert(tid, totals);
         }
         total.unique_lines = b.reuse.distinct_lines();
-
         metrics.reuse = b.reuse.histogram().clone();
-        let allocations = b.allocations;
+        let allocation_index = AllocationIndex::new(&b.allocations);
         Ok(Model {
             trace_path: path.to_path_buf(),
             metadata: reader.metadata().clone(),
@@ -263,9 +247,11 @@ impl Model {
             site_counts: b.site_counts,
             columns,
             call_tree: b.calls.finish(columns),
-            allocations,
+            allocations: b.allocations,
+            allocation_index,
             metrics,
             working_set: WorkingSetIndex { config: options.working_set, snapshots: b.snapshots, columns },
+            pyramid,
             threads,
             total,
         })
@@ -284,15 +270,14 @@ impl Model {
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
-    /// A reader positioned at the last snapshot at or before column `from`.
-    fn reader_at(&self, from: u64) -> Result<Option<(FileReader, &Snapshot)>, DecodeError> {
-        let snaps = &self.working_set.snapshots;
-        let i = snaps.partition_point(|s| s.column <= from).saturating_sub(1);
-        let Some(snap) = snaps.get(i) else { return Ok(None) };
-        let file = File::open(&self.trace_path).map_err(trace_rt::format::FormatError::from)?;
-        let mut reader = TraceReader::new(BufReader::new(file))?;
-        reader.seek_to_chunk(snap.chunk, &self.sites)?;
-        Ok(Some((reader, snap)))
+    /// The line size of the working set.
+    pub fn line_size(&self) -> LineSize {
+        LineSize::new(self.working_set.config.line_size)
+    }
+
+    /// The recorded block holding `addr` at `column`, if any.
+    pub fn allocation_at(&self, addr: u64, column: u64) -> Option<&AllocationRecord> {
+        self.allocation_index.holding(&self.allocations, addr, column)
     }
 
     /// The call frames overlapping columns `[from, to)`, with nothing
@@ -300,34 +285,18 @@ impl Model {
     /// from the snapshot before `from` (frames still open at `to` end there
     /// and are marked unfinished).
     pub fn frames_in(&self, from: u64, to: u64) -> Result<Vec<Frame>, DecodeError> {
-        let overlaps = |f: &Frame| {
-            f.first_column < to && f.end_column > from
-                || f.first_column == f.end_column && f.first_column >= from && f.first_column < to
-        };
         if self.call_tree.pruned_below == 0 {
-            return Ok(self.call_tree.frames.iter().filter(|f| overlaps(f)).cloned().collect());
+            return Ok(self.call_tree.overlapping(from, to).cloned().collect());
         }
-        let Some((mut reader, snap)) = self.reader_at(from)? else { return Ok(Vec::new()) };
-        let mut calls = CallTreeBuilder::resume(&snap.stacks);
-        let mut column = snap.column;
-        while let Some(rec) = reader.next_record()? {
-            if let Some(a) = access_of(&rec.event, reader.sites())? {
-                if a.writes {
-                    calls.write(rec.thread);
-                }
-                if a.reads {
-                    calls.read(rec.thread);
-                    column += 1;
-                    if column >= to {
-                        break;
-                    }
-                }
-                continue;
+        let mut cursor = ColumnCursor::<SortedLines>::with_calls(self, from)?;
+        while cursor.column() < to {
+            if cursor.step(&mut |_: Departure| {})?.is_none() {
+                break;
             }
-            apply_control(&mut calls, rec.thread, &rec.event, column);
         }
-        let tree = calls.finish(column);
-        Ok(tree.frames.into_iter().filter(|f| overlaps(f)).collect())
+        let end = cursor.column();
+        let tree = cursor.into_calls().unwrap_or_default().finish(end);
+        Ok(tree.overlapping(from, to).cloned().collect())
     }
 
     /// Replays the working set over columns `[from, to)`, calling `visit`
@@ -342,40 +311,13 @@ impl Model {
         if from >= to {
             return Ok(());
         }
-        let Some((mut reader, snap)) = self.reader_at(from)? else { return Ok(()) };
-        let mut set = OrderedWorkingSet::restore(self.working_set.config, &snap.lines, snap.clock);
-        let mut column = snap.column;
-        while let Some(rec) = reader.next_record()? {
-            let Some(a) = access_of(&rec.event, reader.sites())? else {
-                continue;
-            };
-            if !a.reads {
-                continue;
-            }
-            set.read(a.addr, a.size, |_| {});
-            if column >= from {
-                visit(column, &set, &a);
-            }
-            column += 1;
-            if column >= to {
-                break;
-            }
+        let mut cursor = ColumnCursor::<SortedLines>::new(self, from)?;
+        while cursor.column() < to {
+            let Some(read) = cursor.step(&mut |_: Departure| {})? else { break };
+            visit(read.column, cursor.set(), &read.access);
         }
         Ok(())
     }
-}
-
-/// Feeds a control-flow event to the call tree; false for other events.
-fn apply_control(calls: &mut CallTreeBuilder, thread: u32, event: &Event, column: u64) -> bool {
-    match *event {
-        Event::Call { callsite, target, sp } => calls.call(thread, callsite, target, sp, column),
-        Event::TailCall { callsite, target, sp } => calls.tail_call(thread, callsite, target, sp, column),
-        Event::Return { sp } => calls.ret(thread, sp, column),
-        Event::InvocationStart { index, pc, sp } => calls.invocation_start(thread, index, pc, sp, column),
-        Event::InvocationEnd { .. } => calls.invocation_end(thread, column),
-        _ => return false,
-    }
-    true
 }
 
 /// Per-thread counts of the decoding pass.
@@ -384,50 +326,110 @@ struct ThreadState {
     totals: Totals,
 }
 
+/// Fetch statistics: lines that left the set.
+#[derive(Clone, Copy, Default)]
+struct FetchStats {
+    count: u64,
+    bytes: u64,
+    distinct: u64,
+}
+
+impl FetchStats {
+    fn departed(&mut self, d: Departure) {
+        self.count += 1;
+        self.bytes += u64::from(d.state.bytes_read);
+        self.distinct += u64::from(d.state.distinct_bytes());
+    }
+}
+
+/// What the decoding pass listens to when a read changes the set: fetch
+/// statistics and the bitmap summary.
+struct DecodeObserver<'a> {
+    fetches: &'a mut FetchStats,
+    spans: &'a mut SpanAccumulator,
+}
+
+impl LineObserver for DecodeObserver<'_> {
+    #[inline]
+    fn before_touch(&mut self, state: &LineState) {
+        self.spans.before_touch(state);
+    }
+    #[inline]
+    fn inserted(&mut self, state: &LineState) {
+        self.spans.inserted(state);
+    }
+    #[inline]
+    fn departed(&mut self, d: Departure) {
+        self.fetches.departed(d);
+        self.spans.departed(d);
+    }
+}
+
+/// Blocks live now, by start address: (end, index in the records).
+#[derive(Default)]
+struct LiveBlocks(BTreeMap<u64, (u64, usize)>);
+
+impl LiveBlocks {
+    /// Whether a live block overlaps `[lo, hi)`. Live heap blocks do not
+    /// overlap each other, so the few starting last before `hi` decide
+    /// (a few, not one: a program's own mappings can contain blocks).
+    fn overlaps(&self, lo: u64, hi: u64) -> bool {
+        self.0.range(..hi).rev().take(4).any(|(_, &(end, _))| end > lo)
+    }
+}
+
 /// State of the single decoding pass.
 struct Builder {
     column: u64,
     set: FastWorkingSet,
-    /// (fetches, bytes, distinct bytes) of lines that already left.
-    fetch_stats: (u64, u64, u64),
+    fetches: FetchStats,
     reuse: ReuseDistance,
     threads: Vec<ThreadState>,
     /// Index in `threads` of the last event's thread.
     current: usize,
-    line_shift: u32,
+    line_size: LineSize,
     calls: CallTreeBuilder,
     site_counts: Vec<SiteCounts>,
     metrics: Metrics,
     allocations: Vec<AllocationRecord>,
-    /// Live blocks by start address -> index in `allocations`.
-    live: BTreeMap<u64, usize>,
+    live: LiveBlocks,
     last_block: Option<usize>,
     snapshots: Vec<Snapshot>,
     snapshot_every: u64,
     chunk_serial: u64,
+    spans: SpanAccumulator,
+    pyramid: PyramidBuilder,
+    /// First column of the next summary block.
+    next_block: u64,
     /// String id of the program exec'd into.
     exec: Option<u32>,
 }
 
 impl Builder {
     fn new(options: DecodeOptions) -> Self {
+        let set = FastWorkingSet::new(options.working_set);
+        let spans = SpanAccumulator::new(&set, 0, |_, _| false);
+        let pyramid = PyramidBuilder::default();
         Builder {
             column: 0,
-            set: FastWorkingSet::new(options.working_set),
-            fetch_stats: (0, 0, 0),
+            fetches: FetchStats::default(),
             reuse: ReuseDistance::new(),
             threads: Vec::new(),
             current: 0,
-            line_shift: options.working_set.line_size.trailing_zeros(),
+            line_size: LineSize::new(options.working_set.line_size),
             calls: CallTreeBuilder::new(),
             site_counts: Vec::new(),
             metrics: Metrics::default(),
             allocations: Vec::new(),
-            live: BTreeMap::new(),
+            live: LiveBlocks::default(),
             last_block: None,
             snapshots: Vec::new(),
             snapshot_every: options.snapshot_every.max(1),
             chunk_serial: 0,
+            next_block: pyramid.block_width(),
+            spans,
+            pyramid,
+            set,
             exec: None,
         }
     }
@@ -455,17 +457,14 @@ impl Builder {
                 self.access(thread, t, a);
                 continue;
             }
-            let totals = &mut self.threads[t].totals;
-            let column = self.column;
-            match rec.event {
-                Event::Call { callsite, target, sp } => self.calls.call(thread, callsite, target, sp, column),
-                Event::TailCall { callsite, target, sp } => self.calls.tail_call(thread, callsite, target, sp, column),
-                Event::Return { sp } => self.calls.ret(thread, sp, column),
-                Event::InvocationStart { index, pc, sp } => {
-                    totals.invocations += 1;
-                    self.calls.invocation_start(thread, index, pc, sp, column);
+            if apply_control(&mut self.calls, thread, &rec.event, self.column) {
+                if let Event::InvocationStart { .. } = rec.event {
+                    self.threads[t].totals.invocations += 1;
                 }
-                Event::InvocationEnd { .. } => self.calls.invocation_end(thread, column),
+                continue;
+            }
+            let totals = &mut self.threads[t].totals;
+            match rec.event {
                 Event::Alloc(a) => {
                     totals.allocations += 1;
                     self.allocation(thread, &a);
@@ -480,6 +479,15 @@ impl Builder {
         progress(reader.bytes_read());
         let end = reader.end().cloned().unwrap_or(TraceEnd::Cut { valid_bytes: reader.bytes_read(), mid_chunk: false });
         Ok((reader, end))
+    }
+
+    /// The summary, with the last (partial) block closed.
+    fn finish_pyramid(&mut self) -> BitmapPyramid {
+        let mut pyramid = std::mem::take(&mut self.pyramid);
+        if self.column > self.next_block - pyramid.block_width() {
+            pyramid.push(&self.spans.close_span(&self.set));
+        }
+        pyramid.finish(self.column)
     }
 
     fn maybe_snapshot(&mut self, chunk: trace_rt::format::ChunkPosition) {
@@ -538,8 +546,7 @@ impl Builder {
                 self.allocations[b].writes += 1;
             }
         }
-        let first = a.addr >> self.line_shift;
-        let last = a.addr.saturating_add(a.size.max(1) - 1) >> self.line_shift;
+        let (first, last) = self.line_size.lines(a.addr, a.size);
         if a.reads {
             counts.reads += 1;
             counts.bytes_read += a.size;
@@ -549,12 +556,16 @@ impl Builder {
             if let Some(b) = block {
                 self.allocations[b].reads += 1;
             }
-            let stats = &mut self.fetch_stats;
-            self.set.read(a.addr, a.size, |d| {
-                stats.0 += 1;
-                stats.1 += u64::from(d.state.bytes_read);
-                stats.2 += u64::from(d.state.distinct_bytes());
-            });
+            if self.column == self.next_block {
+                let span = self.spans.close_span(&self.set);
+                self.pyramid.push(&span);
+                self.next_block += self.pyramid.block_width();
+            }
+            self.spans.begin_column(self.column);
+            let mut observer = DecodeObserver { fetches: &mut self.fetches, spans: &mut self.spans };
+            self.set.read(a.addr, a.size, &mut observer);
+            let live = &self.live;
+            self.spans.end_column(self.set.clock(), self.set.len(), |lo, hi| live.overlaps(lo, hi));
             self.metrics.max_rows = self.metrics.max_rows.max(self.set.len() as u32);
             for line in first..=last {
                 self.reuse.access(line, t);
@@ -572,7 +583,7 @@ impl Builder {
     /// loops hit the same block again and again).
     #[inline]
     fn block_of(&mut self, addr: u64) -> Option<usize> {
-        if self.live.is_empty() {
+        if self.live.0.is_empty() {
             return None;
         }
         if let Some(b) = self.last_block {
@@ -581,7 +592,7 @@ impl Builder {
                 return Some(b);
             }
         }
-        let (_, &b) = self.live.range(..=addr).next_back()?;
+        let (_, &(_, b)) = self.live.0.range(..=addr).next_back()?;
         let r = &self.allocations[b];
         r.contains(addr).then(|| {
             self.last_block = Some(b);
@@ -594,8 +605,8 @@ impl Builder {
             if ptr == 0 {
                 return;
             }
-            match this.live.remove(&ptr) {
-                Some(i) => this.allocations[i].free_column = Some(this.column),
+            match this.live.0.remove(&ptr) {
+                Some((_, i)) => this.allocations[i].free_column = Some(this.column),
                 None => this.metrics.foreign_frees += 1,
             }
             this.last_block = None;
@@ -612,7 +623,7 @@ impl Builder {
             return;
         }
         let index = self.allocations.len();
-        self.allocations.push(AllocationRecord {
+        let record = AllocationRecord {
             kind: a.kind,
             address: a.ptr_out,
             size: a.size,
@@ -623,8 +634,10 @@ impl Builder {
             thread,
             reads: 0,
             writes: 0,
-        });
-        if let Some(old) = self.live.insert(a.ptr_out, index) {
+        };
+        let end = record.end();
+        self.allocations.push(record);
+        if let Some((_, old)) = self.live.0.insert(a.ptr_out, (end, index)) {
             // Reused without a recorded free (freed natively elsewhere).
             self.allocations[old].free_column = Some(self.column);
         }

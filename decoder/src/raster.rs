@@ -1,4 +1,7 @@
-//! CPU rasterisation (RGBA) of the flamegraph and the cache-line bitmap.
+//! CPU rasterisation (RGBA) of the cache-line bitmap and of the flamegraph
+//! bars: colours only. Text (frame labels, rulers) belongs to whoever makes
+//! the picture (`linetrace render`, the viewer), so the decoder has no
+//! graphics dependencies.
 //!
 //! Both share one x axis: pixel `x` covers columns `[a + x*(b-a)/W, a +
 //! (x+1)*(b-a)/W)`. When many cells (column x row) fall into one pixel they
@@ -11,28 +14,47 @@
 //!
 //! where `f_i` is the fraction of the pixel covered by cell `i`, `a_i` its
 //! colour (here `c` is the identity on colours, so the mean is taken in RGB)
-//! and `c_B` the background. With `alpha = 1` this is a plain box filter;
-//! `alpha < 1` lifts thin isolated events so a single access stays visible
-//! at any zoom; `alpha > 1` filters them out.
+//! and `c_B` the background ([`Coverage`]). With `alpha = 1` this is a plain
+//! box filter; `alpha < 1` lifts thin isolated events so a single access
+//! stays visible at any zoom; `alpha > 1` filters them out.
 //!
-//! Cell colour: purple when 0 bytes were read from the line, green at
-//! `line_size` bytes or more, linear in between; then faded towards the
-//! background in proportion to the line's age (fresh lines are brightest).
-//! Lines inside a recorded allocation that is live at that column get a
-//! faint blue band tint.
-
-use embedded_graphics::mono_font::{MonoTextStyle, ascii::FONT_6X10};
-use embedded_graphics::pixelcolor::Rgb888;
-use embedded_graphics::prelude::*;
-use embedded_graphics::text::{Baseline, Text};
+//! A cell's colour ([`Palette::colour`]) is affine in its [`CellMeans`], so
+//! the mean colour of many cells is the colour of their means: that is what
+//! lets zoomed-out views be drawn from sums ([`crate::spans`]).
+//!
+//! Three ways to draw the bitmap, picked by columns per pixel
+//! ([`rasterize_bitmap`]):
+//! - at most [`EXACT_COLUMNS_PER_PIXEL`]: exact, cell by cell (runs of
+//!   unchanged cells), replaying the range;
+//! - where the summary has blocks no wider than a pixel: from the
+//!   [`crate::pyramid::BitmapPyramid`], O(W x rows), no replay;
+//! - in between: spans summed over each pixel while replaying the range.
 
 use crate::DecodeError;
+use crate::allocations::AllocationIndex;
 use crate::calltree::Frame;
+use crate::cursor::ColumnCursor;
 use crate::model::Model;
-use crate::symbols::Symbolizer;
+use crate::spans::{CellMeans, SpanAccumulator, SpanRow};
+use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, SortedLines};
 
 /// An RGB colour with components in `[0, 1]`.
 pub type Colour = [f64; 3];
+
+/// Up to this many columns per pixel the bitmap is drawn exactly.
+pub const EXACT_COLUMNS_PER_PIXEL: f64 = 4.0;
+
+/// What the colour of a cell shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ColourBy {
+    /// Bytes read from the line: purple (none) to green (a line's worth).
+    #[default]
+    BytesRead,
+    /// Distinct bytes read: purple (none) to green (every byte).
+    DistinctBytes,
+    /// Age only: bright when just touched, fading.
+    Age,
+}
 
 /// Colours of the picture.
 #[derive(Clone, Copy, Debug)]
@@ -43,6 +65,8 @@ pub struct Palette {
     pub unused: Colour,
     /// A line with `line_size` bytes or more read.
     pub used: Colour,
+    /// A just-touched line when colouring by age.
+    pub touched: Colour,
     /// Tint of lines inside allocations.
     pub allocation: Colour,
     /// How strongly the allocation tint shows (0..1).
@@ -55,18 +79,37 @@ impl Default for Palette {
             background: [0.07, 0.07, 0.09],
             unused: [0.62, 0.16, 0.78],
             used: [0.16, 0.86, 0.35],
+            touched: [0.95, 0.75, 0.2],
             allocation: [0.25, 0.45, 1.0],
             allocation_strength: 0.25,
         }
     }
 }
 
-/// Colour of one working-set cell.
+impl Palette {
+    /// The colour of a cell with these terms, or the mean colour of cells
+    /// whose terms have these means: `lerp(background, lerp(unused, used,
+    /// bytes), fresh)`, written affinely in `fresh` and `fresh * bytes`,
+    /// then tinted towards the allocation colour.
+    pub fn colour(&self, by: ColourBy, m: &CellMeans) -> Colour {
+        let (bg, a, b) = (self.background, self.unused, self.used);
+        let mut c = [0.0; 3];
+        for k in 0..3 {
+            c[k] = match by {
+                ColourBy::BytesRead => bg[k] + m.fresh * (a[k] - bg[k]) + m.fresh_bytes * (b[k] - a[k]),
+                ColourBy::DistinctBytes => bg[k] + m.fresh * (a[k] - bg[k]) + m.fresh_distinct * (b[k] - a[k]),
+                ColourBy::Age => bg[k] + m.fresh * (self.touched[k] - bg[k]),
+            };
+        }
+        lerp(c, self.allocation, self.allocation_strength * m.tint.clamp(0.0, 1.0))
+    }
+}
+
+/// Colour of one working-set cell (bytes-read colouring, no tint).
 pub fn cell_colour(palette: &Palette, bytes_read: u32, line_size: u32, age: u32, max_age: u32) -> Colour {
-    let used = (f64::from(bytes_read) / f64::from(line_size.max(1))).min(1.0);
-    let base = lerp(palette.unused, palette.used, used);
     let fresh = f64::from(age) / f64::from(max_age.max(1));
-    lerp(palette.background, base, fresh.clamp(0.0, 1.0))
+    let used = (f64::from(bytes_read) / f64::from(line_size.max(1))).min(1.0);
+    palette.colour(ColourBy::BytesRead, &CellMeans { fresh, fresh_bytes: fresh * used, ..CellMeans::default() })
 }
 
 fn lerp(a: Colour, b: Colour, t: f64) -> Colour {
@@ -85,24 +128,16 @@ impl Coverage {
     /// Adds a cell covering fraction `f` of the pixel.
     #[inline]
     pub fn add(&mut self, f: f64, colour: Colour, alpha: f64) {
-        if f <= 0.0 {
-            return;
-        }
-        let w = if alpha == 1.0 { f } else { f.powf(alpha) };
-        self.sum_f += f;
-        self.sum_weight += w;
-        for (sum, c) in self.sum_colour.iter_mut().zip(colour) {
-            *sum += w * c;
-        }
+        self.add_many(1.0, f, colour, alpha);
     }
 
-    /// Adds `n` cells that each cover fraction `f` of the pixel.
+    /// Adds `n` cells (not necessarily a whole number: summed occupancy)
+    /// that each cover fraction `f` of the pixel.
     #[inline]
-    pub fn add_many(&mut self, n: u64, f: f64, colour: Colour, alpha: f64) {
-        if f <= 0.0 || n == 0 {
+    pub fn add_many(&mut self, n: f64, f: f64, colour: Colour, alpha: f64) {
+        if f <= 0.0 || n <= 0.0 {
             return;
         }
-        let n = n as f64;
         let w = n * if alpha == 1.0 { f } else { f.powf(alpha) };
         self.sum_f += n * f;
         self.sum_weight += w;
@@ -201,19 +236,21 @@ pub struct BitmapView {
     pub height: u32,
     /// Anti-aliasing exponent.
     pub alpha: f64,
+    /// What colours show.
+    pub colour_by: ColourBy,
+}
+
+impl BitmapView {
+    /// Columns per pixel.
+    pub fn columns_per_pixel(&self) -> f64 {
+        (self.columns.1 - self.columns.0) / f64::from(self.width.max(1))
+    }
 }
 
 /// Fraction of the unit interval `[p, p+1)` covered by `[a, b)`.
 #[inline]
 fn overlap(a: f64, b: f64, p: f64) -> f64 {
     (b.min(p + 1.0) - a.max(p)).max(0.0)
-}
-
-/// A line keeping its row and colour over columns `[start, ..)`.
-#[derive(Clone, Copy)]
-struct Segment {
-    start: u64,
-    colour: Colour,
 }
 
 /// Accumulates cells into pixel coverage for one view.
@@ -225,23 +262,49 @@ struct CoverageGrid<'v> {
     acc: Vec<Coverage>,
 }
 
-impl CoverageGrid<'_> {
+impl<'v> CoverageGrid<'v> {
+    fn new(view: &'v BitmapView) -> Result<Self, DecodeError> {
+        let (w, h) = (view.width as usize, view.height as usize);
+        let (a, b) = view.columns;
+        let (r0, r1) = view.rows;
+        if w == 0 || h == 0 || b <= a || r1 <= r0 || !(view.alpha > 0.0 && view.alpha.is_finite()) {
+            return Err(DecodeError::InvalidSetting("empty view".to_string()));
+        }
+        Ok(CoverageGrid {
+            view,
+            cw: (b - a) / w as f64,
+            rh: (r1 - r0) / h as f64,
+            acc: vec![Coverage::default(); w * h],
+        })
+    }
+
+    /// Pixel rows covered by `row`, with the fraction of each covered.
+    fn pixel_rows(&self, row: usize) -> impl Iterator<Item = (usize, f64)> {
+        let r0 = self.view.rows.0;
+        let y0 = (row as f64 - r0) / self.rh;
+        let y1 = (row as f64 + 1.0 - r0) / self.rh;
+        let first = y0.floor().max(0.0) as usize;
+        let end = (y1.ceil().max(0.0) as usize).min(self.view.height as usize);
+        (first..end).map(move |py| (py, overlap(y0, y1, py as f64))).filter(|&(_, f)| f > 0.0)
+    }
+
+    /// Rows of the bitmap that can show in the view.
+    fn row_range(&self) -> (usize, usize) {
+        (self.view.rows.0.floor().max(0.0) as usize, self.view.rows.1.ceil().max(0.0) as usize)
+    }
+
     /// Adds the cells of one row over columns `[start, end)`, all of one
     /// colour. Every cell stays its own element of the anti-aliasing sum
     /// (its own `f^alpha`); cells wholly inside a pixel share one `f`, so a
     /// run costs O(pixels it spans), not O(columns).
     fn add_run(&mut self, row: usize, start: u64, end: u64, colour: Colour) {
-        let (w, h) = (self.view.width as usize, self.view.height as usize);
-        let (a, _) = self.view.columns;
-        let (r0, _) = self.view.rows;
-        let y0 = (row as f64 - r0) / self.rh;
-        let y1 = (row as f64 + 1.0 - r0) / self.rh;
-        let py_first = y0.floor().max(0.0) as usize;
-        let py_end = (y1.ceil().max(0.0) as usize).min(h);
+        let w = self.view.width as usize;
+        let a = self.view.columns.0;
         let x0 = (start as f64 - a) / self.cw;
         let x1 = (end as f64 - a) / self.cw;
         let px_first = x0.floor().max(0.0) as usize;
         let px_end = (x1.ceil().max(0.0) as usize).min(w);
+        let rows: Vec<(usize, f64)> = self.pixel_rows(row).collect();
         for px in px_first..px_end {
             // The run's columns that fall into this pixel.
             let pixel_lo = a + px as f64 * self.cw;
@@ -255,84 +318,118 @@ impl CoverageGrid<'_> {
             let last = (hi.ceil() as u64).saturating_sub(1);
             let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / self.cw;
             let interior = last.saturating_sub(first).saturating_sub(1);
-            for py in py_first..py_end {
-                let fy = overlap(y0, y1, py as f64);
+            for &(py, fy) in &rows {
                 let cell = &mut self.acc[py * w + px];
                 cell.add(cover(first) * fy, colour, self.view.alpha);
                 if last > first {
                     cell.add(cover(last) * fy, colour, self.view.alpha);
                 }
                 if interior > 0 {
-                    cell.add_many(interior, fy / self.cw, colour, self.view.alpha);
+                    cell.add_many(interior as f64, fy / self.cw, colour, self.view.alpha);
                 }
             }
         }
     }
+
+    /// Adds summed rows to pixel column `px`: `columns` columns' worth, each
+    /// row's cells as many as its occupancy says.
+    fn add_rows(&mut self, px: usize, rows: &[SpanRow], columns: f64, palette: &Palette) {
+        let w = self.view.width as usize;
+        let (first, end) = self.row_range();
+        for (r, row) in rows.iter().enumerate().take(end).skip(first) {
+            let cells = row.occupancy * columns;
+            if cells <= 0.0 {
+                continue;
+            }
+            let colour = palette.colour(self.view.colour_by, &row.means);
+            let pixel_rows: Vec<(usize, f64)> = self.pixel_rows(r).collect();
+            for (py, fy) in pixel_rows {
+                self.acc[py * w + px].add_many(cells, fy / self.cw, colour, self.view.alpha);
+            }
+        }
+    }
+
+    fn into_image(self, palette: &Palette) -> Image {
+        let w = self.view.width as usize;
+        let mut image = Image::new(self.view.width, self.view.height, palette.background);
+        for (i, c) in self.acc.iter().enumerate() {
+            image.set((i % w) as u32, (i / w) as u32, c.resolve(palette.background, self.view.alpha));
+        }
+        image
+    }
 }
 
-/// Rasterises the working-set bitmap for `view` by replaying the trace.
-///
-/// A line's cells only change colour when the line is touched (bytes read)
-/// or when any line is inserted (every age drops; rows below shift), so the
-/// replay keeps one open run per row and closes runs at those moments:
-/// the cost is O(hits + misses x rows), not O(columns x rows).
+/// How a long drawing reports progress and can be stopped: called now and
+/// then with (work done, work in all); returning false stops it with
+/// [`DecodeError::Cancelled`].
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64) -> bool;
+
+/// Rasterises the working-set bitmap for `view`, the best way for its
+/// scale (see the module documentation).
 pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
-    rasterize_bitmap_with_progress(model, view, palette, &mut |_, _| {})
+    rasterize_bitmap_with_progress(model, view, palette, &mut |_, _| true)
 }
 
-/// [`rasterize_bitmap`], calling `progress(columns done, columns in all)`
-/// now and then: a long trace takes a while.
+/// [`rasterize_bitmap`] with progress and cancellation.
 pub fn rasterize_bitmap_with_progress(
     model: &Model,
     view: &BitmapView,
     palette: &Palette,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
-    let (w, h) = (view.width as usize, view.height as usize);
-    let (a, b) = view.columns;
-    let (r0, r1) = view.rows;
-    if w == 0 || h == 0 || b <= a || r1 <= r0 {
-        return Err(DecodeError::InvalidSetting("empty view".to_string()));
+    let cw = view.columns_per_pixel();
+    if cw <= EXACT_COLUMNS_PER_PIXEL {
+        rasterize_exact(model, view, palette, progress)
+    } else if model.pyramid.level_for(cw).is_some() {
+        rasterize_from_summary(model, view, palette)
+    } else {
+        rasterize_from_spans(model, view, palette, progress)
     }
-    let mut grid =
-        CoverageGrid { view, cw: (b - a) / w as f64, rh: (r1 - r0) / h as f64, acc: vec![Coverage::default(); w * h] };
+}
+
+/// Whether the allocation tint applies to `line` at `column`.
+fn tinted(model: &Model, index: &AllocationIndex, line: u64, column: u64) -> bool {
+    let ls = model.line_size();
+    let lo = ls.start_of(line);
+    index.overlapping(&model.allocations, lo, lo.saturating_add(u64::from(ls.bytes())), column).next().is_some()
+}
+
+/// Exact drawing, cell by cell. A line's cells only change colour when the
+/// line is touched or when any line is inserted (every age drops; rows
+/// below shift), so the replay keeps one open run per row and closes runs
+/// at those moments: O(hits + misses x rows) for the range.
+pub fn rasterize_exact(
+    model: &Model,
+    view: &BitmapView,
+    palette: &Palette,
+    progress: Progress<'_>,
+) -> Result<Image, DecodeError> {
+    let mut grid = CoverageGrid::new(view)?;
     let config = model.working_set.config;
-    let shift = config.line_size.trailing_zeros();
-    // Allocations as line ranges with their lifetime in columns; a lifetime
-    // boundary changes tints, so it closes every run like a miss does.
-    let bands: Vec<(u64, u64, u64, u64)> = model
-        .allocations
-        .iter()
-        .filter(|r| r.size > 0)
-        .map(|r| {
-            (
-                r.address >> shift,
-                r.address.saturating_add(r.size - 1) >> shift,
-                r.alloc_column,
-                r.free_column.unwrap_or(u64::MAX),
-            )
-        })
-        .collect();
-    let mut boundaries: Vec<u64> = bands.iter().flat_map(|&(_, _, c0, c1)| [c0, c1]).collect();
+    let line_size = model.line_size();
+    // Allocation lifetimes change tints, so they close runs like a miss.
+    let mut boundaries: Vec<u64> =
+        model.allocations.iter().flat_map(|r| [r.alloc_column, r.free_column.unwrap_or(u64::MAX)]).collect();
     boundaries.sort_unstable();
-    let colour_of = |set: &crate::working_set::OrderedWorkingSet, line: &crate::working_set::LineState, column: u64| {
-        let colour = cell_colour(palette, line.bytes_read, config.line_size, set.age(line), config.max_age);
-        let in_block =
-            bands.iter().any(|&(l0, l1, c0, c1)| line.line >= l0 && line.line <= l1 && column >= c0 && column < c1);
-        if in_block { lerp(colour, palette.allocation, palette.allocation_strength) } else { colour }
+    let colour_of = |set: &OrderedWorkingSet, line: &LineState, column: u64| {
+        let tint = tinted(model, &model.allocation_index, line.line, column);
+        palette.colour(view.colour_by, &CellMeans::of_line(line, set.age(line), &config, tint))
     };
-    let first_row = r0.floor().max(0.0) as usize;
-    let row_end = r1.ceil().max(0.0) as usize;
-    let (from, to) = (a.floor().max(0.0) as u64, b.ceil() as u64);
-    // Open runs of the rows in view, by row - first_row.
-    let mut runs: Vec<Segment> = Vec::new();
+    let (first_row, row_end) = grid.row_range();
+    let (a, b) = view.columns;
+    let (from, to) = (a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns));
+    // Open runs of the rows in view, by row - first_row: (start, colour).
+    let mut runs: Vec<(u64, Colour)> = Vec::new();
     let mut clock = None;
     let mut next_boundary = boundaries.partition_point(|&c| c <= from);
     let mut last_column = from;
-    model.replay(from, to, |column, set, access| {
+    let mut cursor = ColumnCursor::<SortedLines>::new(model, from)?;
+    while cursor.column() < to {
+        let Some(read) = cursor.step(&mut |_: Departure| {})? else { break };
+        let (column, set) = (read.column, cursor.set());
         last_column = column + 1;
-        if column % (1 << 16) == 0 {
-            progress(column - from, to - from);
+        if column % (1 << 14) == 0 && !progress(column - from, to - from) {
+            return Err(DecodeError::Cancelled);
         }
         let lines = set.lines();
         let crossed = next_boundary < boundaries.len() && boundaries[next_boundary] <= column;
@@ -341,35 +438,107 @@ pub fn rasterize_bitmap_with_progress(
         }
         if clock != Some(set.clock()) || crossed {
             // Everything changed (ages, rows, tints): close all runs.
-            for (i, run) in runs.iter().enumerate() {
-                grid.add_run(first_row + i, run.start, column, run.colour);
+            for (i, &(start, colour)) in runs.iter().enumerate() {
+                grid.add_run(first_row + i, start, column, colour);
             }
             clock = Some(set.clock());
             let end = row_end.min(lines.len());
-            runs = (first_row..end.max(first_row))
-                .map(|row| Segment { start: column, colour: colour_of(set, &lines[row], column) })
-                .collect();
-            return;
+            runs = (first_row..end.max(first_row)).map(|row| (column, colour_of(set, &lines[row], column))).collect();
+            continue;
         }
         // A hit: only the lines this read touched changed colour.
-        let first_line = access.addr >> shift;
-        let last_line = access.addr.saturating_add(access.size.max(1) - 1) >> shift;
+        let (first_line, last_line) = line_size.lines(read.access.addr, read.access.size);
         for line in first_line..=last_line {
             let Ok(row) = lines.binary_search_by_key(&line, |l| l.line) else { continue };
             let Some(run) = row.checked_sub(first_row).and_then(|i| runs.get_mut(i)) else { continue };
             let colour = colour_of(set, &lines[row], column);
-            grid.add_run(row, run.start, column, run.colour);
-            *run = Segment { start: column, colour };
+            grid.add_run(row, run.0, column, run.1);
+            *run = (column, colour);
         }
-    })?;
-    for (i, run) in runs.iter().enumerate() {
-        grid.add_run(first_row + i, run.start, last_column, run.colour);
     }
-    let mut image = Image::new(view.width, view.height, palette.background);
-    for (i, c) in grid.acc.iter().enumerate() {
-        image.set((i % w) as u32, (i / w) as u32, c.resolve(palette.background, view.alpha));
+    for (i, &(start, colour)) in runs.iter().enumerate() {
+        grid.add_run(first_row + i, start, last_column, colour);
     }
-    Ok(image)
+    Ok(grid.into_image(palette))
+}
+
+/// Drawing from the precomputed summary: each pixel adds the blocks of the
+/// coarsest level that is at least as fine as a pixel, a block cut by a
+/// pixel edge in proportion.
+pub fn rasterize_from_summary(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
+    let mut grid = CoverageGrid::new(view)?;
+    let cw = grid.cw;
+    let Some(level) = model.pyramid.level_for(cw) else {
+        return Err(DecodeError::InvalidSetting("no summary level fits this view".into()));
+    };
+    let width = 1u64 << level.shift;
+    let columns = model.columns as f64;
+    let (a, _) = view.columns;
+    let mut rows: Vec<SpanRow> = Vec::new();
+    for px in 0..view.width as usize {
+        let x0 = (a + px as f64 * cw).max(0.0);
+        let x1 = (a + (px + 1) as f64 * cw).min(columns);
+        if x1 <= x0 {
+            continue;
+        }
+        let first = (x0 / width as f64).floor() as usize;
+        let last = ((x1 / width as f64).ceil() as usize).min(level.blocks());
+        for i in first..last {
+            let start = (i as u64 * width) as f64;
+            let end = (start + width as f64).min(columns);
+            let part = x1.min(end) - x0.max(start);
+            if part <= 0.0 {
+                continue;
+            }
+            rows.clear();
+            rows.extend(level.block(i).iter().map(|c| c.row()));
+            grid.add_rows(px, &rows, part, palette);
+        }
+    }
+    Ok(grid.into_image(palette))
+}
+
+/// Drawing by summing spans, one per pixel, while replaying the range.
+pub fn rasterize_from_spans(
+    model: &Model,
+    view: &BitmapView,
+    palette: &Palette,
+    progress: Progress<'_>,
+) -> Result<Image, DecodeError> {
+    let mut grid = CoverageGrid::new(view)?;
+    let cw = grid.cw;
+    let (a, b) = view.columns;
+    let to = (b.ceil() as u64).min(model.columns);
+    // Pixel edges on whole columns.
+    let edge = |px: usize| ((a + px as f64 * cw).round().max(0.0) as u64).min(to);
+    let start = edge(0);
+    let mut cursor = ColumnCursor::<HashedLines>::new(model, start)?;
+    let index = &model.allocation_index;
+    let mut spans = SpanAccumulator::new(cursor.set(), start, |lo, hi| {
+        index.overlapping(&model.allocations, lo, hi, start).next().is_some()
+    });
+    for px in 0..view.width as usize {
+        let end = edge(px + 1);
+        while cursor.column() < end {
+            let column = cursor.column();
+            spans.begin_column(column);
+            if cursor.step(&mut spans)?.is_none() {
+                break;
+            }
+            let set = cursor.set();
+            spans.end_column(set.clock(), set.len(), |lo, hi| {
+                index.overlapping(&model.allocations, lo, hi, column).next().is_some()
+            });
+        }
+        let span = spans.close_span(cursor.set());
+        if span.end > span.start {
+            grid.add_rows(px, &span.rows, (span.end - span.start) as f64, palette);
+        }
+        if px % 64 == 0 && !progress(cursor.column().saturating_sub(start), to - start) {
+            return Err(DecodeError::Cancelled);
+        }
+    }
+    Ok(grid.into_image(palette))
 }
 
 /// Flamegraph colour of a function: a warm hue from its name.
@@ -383,88 +552,97 @@ pub fn frame_colour(name: &str) -> Colour {
     [0.85 + 0.15 * v, 0.35 + 0.45 * t, 0.15 + 0.2 * v]
 }
 
-/// Rasterises the call tree over columns `[a, b)`: one bar per frame, root
-/// on top, names where they fit, a line where each invocation starts.
-pub fn rasterize_flamegraph(
-    frames: &[Frame],
-    symbols: &Symbolizer,
-    columns: (f64, f64),
-    width: u32,
-    height: u32,
-    palette: &Palette,
-) -> Image {
-    let mut image = Image::new(width, height, palette.background);
-    let depth = crate::calltree::height(frames).max(1);
-    let bar = (f64::from(height) / f64::from(depth)).clamp(1.0, 16.0);
+/// Colour of bars that stand for several frames too narrow to draw.
+pub const MERGED_FRAMES_COLOUR: Colour = [0.55, 0.52, 0.5];
+
+/// One bar of the flamegraph, in pixels of the view.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlameBar {
+    /// Left edge (fractional pixels).
+    pub x0: f64,
+    /// Right edge.
+    pub x1: f64,
+    /// Depth (0: the traced function).
+    pub depth: u32,
+    /// The frame it draws (an index into the frames given), or `None` for
+    /// a summary bar of several frames each narrower than a pixel.
+    pub frame: Option<usize>,
+    /// Frames the bar stands for.
+    pub frames: u32,
+}
+
+/// The bars of `frames` over columns `[a, b)` at `width` pixels: one per
+/// frame at least [`MIN_BAR_PIXELS`] wide; runs of narrower neighbours at
+/// the same depth merge into summary bars (never one draw per frame).
+pub fn flame_bars(frames: &[Frame], columns: (f64, f64), width: u32) -> Vec<FlameBar> {
     let (a, b) = columns;
     let cw = (b - a) / f64::from(width.max(1));
-    let mut target = Canvas(&mut image);
-    let text = MonoTextStyle::new(&FONT_6X10, Rgb888::BLACK);
-    for f in frames {
+    let mut bars = Vec::new();
+    // The open summary bar of each depth.
+    let mut merging: Vec<Option<FlameBar>> = Vec::new();
+    for (i, f) in frames.iter().enumerate() {
         let x0 = (f.first_column as f64 - a) / cw;
         let x1 = (f.end_column as f64 - a) / cw;
         if x1 <= 0.0 || x0 >= f64::from(width) || f.end_column == f.first_column {
             continue;
         }
-        let name = symbols.locate(f.function).function.clone();
-        let colour = frame_colour(&name);
-        let y0 = (f64::from(f.depth) * bar).round() as u32;
-        let y1 = ((f64::from(f.depth) + 1.0) * bar).round() as u32;
-        let px_first = x0.floor().max(0.0) as u32;
-        let px_end = (x1.ceil().min(f64::from(width))) as u32;
+        let depth = f.depth as usize;
+        if merging.len() <= depth {
+            merging.resize(depth + 1, None);
+        }
+        if x1 - x0 >= MIN_BAR_PIXELS {
+            if let Some(m) = merging[depth].take() {
+                bars.push(m);
+            }
+            bars.push(FlameBar { x0, x1, depth: f.depth, frame: Some(i), frames: 1 });
+            continue;
+        }
+        match &mut merging[depth] {
+            Some(m) if x0 <= m.x1 + 0.5 => {
+                m.x1 = m.x1.max(x1);
+                m.frames += 1;
+                m.frame = None;
+            }
+            slot => {
+                if let Some(m) = slot.take() {
+                    bars.push(m);
+                }
+                *slot = Some(FlameBar { x0, x1, depth: f.depth, frame: Some(i), frames: 1 });
+            }
+        }
+    }
+    bars.extend(merging.into_iter().flatten());
+    bars
+}
+
+/// Bars narrower than this (in pixels) merge with their neighbours.
+pub const MIN_BAR_PIXELS: f64 = 1.0;
+
+/// Rasterises flamegraph bars: root on top, `bar_height` pixels a level, a
+/// 1-pixel gap under each bar; `colour` gives each bar's colour.
+pub fn rasterize_flamegraph(
+    bars: &[FlameBar],
+    width: u32,
+    height: u32,
+    bar_height: f64,
+    palette: &Palette,
+    mut colour: impl FnMut(&FlameBar) -> Colour,
+) -> Image {
+    let mut image = Image::new(width, height, palette.background);
+    for bar in bars {
+        let c = colour(bar);
+        let y0 = (f64::from(bar.depth) * bar_height).round() as u32;
+        let y1 = ((f64::from(bar.depth) + 1.0) * bar_height).round() as u32;
+        let px_first = bar.x0.floor().max(0.0) as u32;
+        let px_end = (bar.x1.ceil().min(f64::from(width))).max(0.0) as u32;
         for px in px_first..px_end {
-            let cover = overlap(x0, x1, f64::from(px));
-            // A 1-pixel gap under each bar keeps rows apart.
+            let cover = overlap(bar.x0, bar.x1, f64::from(px));
             for py in y0..y1.saturating_sub(1).max(y0 + 1) {
-                target.0.blend(px, py, colour, cover);
+                image.blend(px, py, c, cover);
             }
-        }
-        if f.parent.is_none() && f.first_column > 0 {
-            for py in 0..height {
-                target.0.set(px_first, py, [0.9, 0.9, 0.95]);
-            }
-        }
-        let room = ((x1.min(f64::from(width)) - x0.max(0.0)) as i64 - 4) / 6;
-        if bar >= 11.0 && room >= 3 {
-            let label: String = if name.chars().count() as i64 <= room {
-                name
-            } else {
-                name.chars().take((room - 2) as usize).chain("..".chars()).collect()
-            };
-            let _ = Text::with_baseline(
-                &label,
-                Point::new(x0.max(0.0) as i32 + 2, y0 as i32 + ((bar as i32 - 10) / 2).max(0)),
-                text,
-                Baseline::Top,
-            )
-            .draw(&mut target);
         }
     }
     image
-}
-
-/// embedded-graphics drawing onto an [`Image`].
-struct Canvas<'a>(&'a mut Image);
-
-impl OriginDimensions for Canvas<'_> {
-    fn size(&self) -> Size {
-        Size::new(self.0.width, self.0.height)
-    }
-}
-
-impl DrawTarget for Canvas<'_> {
-    type Color = Rgb888;
-    type Error = std::convert::Infallible;
-
-    fn draw_iter<I: IntoIterator<Item = Pixel<Rgb888>>>(&mut self, pixels: I) -> Result<(), Self::Error> {
-        for Pixel(p, c) in pixels {
-            if p.x >= 0 && p.y >= 0 {
-                let colour = [f64::from(c.r()) / 255.0, f64::from(c.g()) / 255.0, f64::from(c.b()) / 255.0];
-                self.0.set(p.x as u32, p.y as u32, colour);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Largest image `render` draws (about 400 MB of accumulators).
@@ -481,16 +659,34 @@ pub struct RenderOptions {
     pub columns: Option<(u64, u64)>,
     /// Anti-aliasing exponent.
     pub alpha: f64,
+    /// What colours show.
+    pub colour_by: ColourBy,
+}
+
+/// The whole picture's pixels and where its flamegraph bars are, so that
+/// the caller can label them.
+pub struct Picture {
+    /// Flamegraph on top, a separator line, the bitmap beneath.
+    pub image: Image,
+    /// The frames drawn (bars refer to them by index).
+    pub frames: Vec<Frame>,
+    /// The bars, in pixels.
+    pub bars: Vec<FlameBar>,
+    /// Height of one flamegraph level in pixels.
+    pub bar_height: f64,
+    /// Height of the flamegraph area.
+    pub flame_height: u32,
 }
 
 /// The whole picture: flamegraph on top, the bitmap beneath on the same x
-/// scale, a separator line between them.
+/// scale, a separator line between them. `name` names a function entry
+/// address (for bar colours).
 pub fn render(
     model: &Model,
-    symbols: &Symbolizer,
     options: &RenderOptions,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<Image, DecodeError> {
+    name: &mut dyn FnMut(u64) -> String,
+    progress: Progress<'_>,
+) -> Result<Picture, DecodeError> {
     let (a, b) = options.columns.unwrap_or((0, model.columns));
     if b <= a || b > model.columns {
         return Err(DecodeError::InvalidSetting(format!(
@@ -513,18 +709,38 @@ pub fn render(
     let palette = Palette::default();
     let frames = model.frames_in(a, b)?;
     let depth = crate::calltree::height(&frames).max(1);
-    let flame_h = (depth * 16).min(options.height * 2 / 5).max(8);
-    let bitmap_h = options.height - flame_h - 2;
+    let flame_height = (depth * 16).min(options.height * 2 / 5).max(8);
+    let bar_height = (f64::from(flame_height) / f64::from(depth)).clamp(1.0, 16.0);
+    let bitmap_height = options.height - flame_height - 2;
     let columns = (a as f64, b as f64);
-    let flame = rasterize_flamegraph(&frames, symbols, columns, options.width, flame_h, &palette);
+    let bars = flame_bars(&frames, columns, options.width);
+    let mut flame =
+        rasterize_flamegraph(&bars, options.width, flame_height, bar_height, &palette, |bar| match bar.frame {
+            Some(i) if bar.frames == 1 => frame_colour(&name(frames[i].function)),
+            _ => MERGED_FRAMES_COLOUR,
+        });
+    // A line where each invocation starts.
+    for f in frames.iter().filter(|f| f.parent.is_none() && f.first_column > a) {
+        let x = ((f.first_column as f64 - columns.0) / (columns.1 - columns.0) * f64::from(options.width)) as u32;
+        for y in 0..flame_height {
+            flame.set(x, y, [0.9, 0.9, 0.95]);
+        }
+    }
     let rows = f64::from(model.metrics.max_rows.max(1));
-    let view = BitmapView { columns, rows: (0.0, rows), width: options.width, height: bitmap_h, alpha: options.alpha };
+    let view = BitmapView {
+        columns,
+        rows: (0.0, rows),
+        width: options.width,
+        height: bitmap_height,
+        alpha: options.alpha,
+        colour_by: options.colour_by,
+    };
     let bitmap = rasterize_bitmap_with_progress(model, &view, &palette, progress)?;
     let mut image = Image::new(options.width, options.height, palette.background);
     image.paste(&flame, 0);
     for x in 0..options.width {
-        image.set(x, flame_h, [0.35, 0.35, 0.4]);
+        image.set(x, flame_height, [0.35, 0.35, 0.4]);
     }
-    image.paste(&bitmap, flame_h + 2);
-    Ok(image)
+    image.paste(&bitmap, flame_height + 2);
+    Ok(Picture { image, frames, bars, bar_height, flame_height })
 }

@@ -26,6 +26,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::lines::{LineSize, byte_mask};
 use crate::reuse::BuildLineHasher;
 
 /// Configuration of the working set.
@@ -92,6 +93,32 @@ pub struct Departure {
     pub state: LineState,
 }
 
+/// Follows what a read does to individual lines: the fetch statistics and
+/// the bitmap summary ([`crate::spans`]) listen here. A closure taking a
+/// [`Departure`] observes departures only.
+pub trait LineObserver {
+    /// A line already in the set is about to be touched; `state` is its
+    /// state before the touch.
+    #[inline]
+    fn before_touch(&mut self, state: &LineState) {
+        let _ = state;
+    }
+    /// A line entered the set with `state`.
+    #[inline]
+    fn inserted(&mut self, state: &LineState) {
+        let _ = state;
+    }
+    /// A line left the set.
+    fn departed(&mut self, departure: Departure);
+}
+
+impl<F: FnMut(Departure)> LineObserver for F {
+    #[inline]
+    fn departed(&mut self, departure: Departure) {
+        self(departure)
+    }
+}
+
 /// What one read did to the set.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadEffect {
@@ -119,6 +146,8 @@ pub trait LineStore: Default {
     fn sorted(&self) -> Vec<LineState>;
     /// Removes every line.
     fn take_all(&mut self) -> Vec<LineState>;
+    /// Visits every line, in no particular order.
+    fn for_each(&self, visit: impl FnMut(&LineState));
 }
 
 /// Lines in a vector kept in address order: rows for drawing.
@@ -149,6 +178,9 @@ impl LineStore for SortedLines {
     fn take_all(&mut self) -> Vec<LineState> {
         std::mem::take(&mut self.0)
     }
+    fn for_each(&self, visit: impl FnMut(&LineState)) {
+        self.0.iter().for_each(visit)
+    }
 }
 
 /// Lines in a hash map: no order, O(1) updates.
@@ -177,13 +209,16 @@ impl LineStore for HashedLines {
     fn take_all(&mut self) -> Vec<LineState> {
         self.0.drain().map(|(_, s)| s).collect()
     }
+    fn for_each(&self, visit: impl FnMut(&LineState)) {
+        self.0.values().for_each(visit)
+    }
 }
 
 /// The working set, generic over where its lines live.
 #[derive(Clone, Debug)]
 pub struct WorkingSet<S: LineStore> {
     config: WorkingSetConfig,
-    shift: u32,
+    line_size: LineSize,
     store: S,
     clock: u64,
     seq: u64,
@@ -202,7 +237,7 @@ impl<S: LineStore> WorkingSet<S> {
     pub fn new(config: WorkingSetConfig) -> Self {
         WorkingSet {
             config,
-            shift: config.line_size.trailing_zeros(),
+            line_size: LineSize::new(config.line_size),
             store: S::default(),
             clock: 0,
             seq: 0,
@@ -255,44 +290,27 @@ impl<S: LineStore> WorkingSet<S> {
         self.config.max_age.saturating_sub(since.min(u64::from(u32::MAX)) as u32)
     }
 
-    /// Applies one read of `size` bytes at `addr`. Lines that leave are
-    /// passed to `depart`.
+    /// Applies one read of `size` bytes at `addr` (every line it touches:
+    /// [`LineSize::pieces`]). `observer` hears of touches, insertions and
+    /// departures.
     #[inline]
-    pub fn read(&mut self, addr: u64, size: u64, mut depart: impl FnMut(Departure)) -> ReadEffect {
+    pub fn read(&mut self, addr: u64, size: u64, observer: &mut impl LineObserver) -> ReadEffect {
         let mut effect = ReadEffect::default();
-        if size == 0 {
-            return effect;
-        }
-        // In 128 bits, so that an access at the top of the address space
-        // neither wraps nor loses its last byte.
-        let end = u128::from(addr) + u128::from(size);
-        let line_size = u128::from(self.config.line_size);
-        let mut line = addr >> self.shift;
-        let last = ((end - 1) >> self.shift) as u64;
-        loop {
-            let line_start = u128::from(line) << self.shift;
-            let lo = u128::from(addr).max(line_start) - line_start;
-            let hi = end.min(line_start + line_size) - line_start;
-            let mask = byte_mask(lo as u32, hi as u32);
-            self.touch(line, (hi - lo) as u32, mask, &mut effect, &mut depart);
-            if line == last {
-                break;
-            }
-            line += 1;
+        for (line, lo, hi) in self.line_size.pieces(addr, size) {
+            self.touch(line, hi - lo, byte_mask(lo, hi), &mut effect, observer);
         }
         effect
     }
 
+    /// Visits every line, in no particular order.
+    pub fn for_each_line(&self, visit: impl FnMut(&LineState)) {
+        self.store.for_each(visit)
+    }
+
     #[inline]
-    fn touch(
-        &mut self,
-        line: u64,
-        bytes: u32,
-        mask: u128,
-        effect: &mut ReadEffect,
-        depart: &mut impl FnMut(Departure),
-    ) {
+    fn touch(&mut self, line: u64, bytes: u32, mask: u128, effect: &mut ReadEffect, observer: &mut impl LineObserver) {
         if let Some(l) = self.store.get_mut(line) {
+            observer.before_touch(l);
             l.bytes_read = l.bytes_read.saturating_add(bytes);
             l.touched |= mask;
             if l.last_touch != self.clock {
@@ -306,15 +324,17 @@ impl<S: LineStore> WorkingSet<S> {
         }
         self.clock += 1;
         self.seq += 1;
-        self.store.insert(LineState { line, last_touch: self.clock, seq: self.seq, bytes_read: bytes, touched: mask });
+        let state = LineState { line, last_touch: self.clock, seq: self.seq, bytes_read: bytes, touched: mask };
+        self.store.insert(state);
         self.lru.push_back((self.seq, line));
         effect.inserted += 1;
-        self.expire(depart);
+        observer.inserted(&state);
+        self.expire(observer);
     }
 
     /// Removes lines whose age reached 0, then the least recently used ones
     /// while the set is over `max_rows`.
-    fn expire(&mut self, depart: &mut impl FnMut(Departure)) {
+    fn expire(&mut self, observer: &mut impl LineObserver) {
         let max_age = u64::from(self.config.max_age);
         while let Some(&(seq, line)) = self.lru.front() {
             let (last_touch, current) = match self.store.get_mut(line) {
@@ -334,7 +354,7 @@ impl<S: LineStore> WorkingSet<S> {
             }
             self.lru.pop_front();
             if let Some(state) = self.store.remove(line) {
-                depart(Departure { state });
+                observer.departed(Departure { state });
             }
         }
     }
@@ -355,12 +375,6 @@ impl OrderedWorkingSet {
     }
 }
 
-/// Bits `lo..hi` set (`lo < hi <= 128`).
-#[inline]
-fn byte_mask(lo: u32, hi: u32) -> u128 {
-    (u128::MAX >> (128 - (hi - lo))) << lo
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,16 +391,16 @@ mod tests {
     fn inserts_sorted_and_ages_other_lines_on_misses_only() {
         let mut set = OrderedWorkingSet::new(config(3, 10));
         let mut gone = Vec::new();
-        set.read(5 * 64, 8, |d| gone.push(d.state.line));
-        set.read(2 * 64, 8, |d| gone.push(d.state.line));
+        set.read(5 * 64, 8, &mut |d: Departure| gone.push(d.state.line));
+        set.read(2 * 64, 8, &mut |d: Departure| gone.push(d.state.line));
         assert_eq!(rows(&set), vec![(2, 3), (5, 2)], "line 2 inserted above 5; 5 aged by one");
-        set.read(5 * 64 + 8, 8, |d| gone.push(d.state.line));
+        set.read(5 * 64 + 8, 8, &mut |d: Departure| gone.push(d.state.line));
         assert_eq!(rows(&set), vec![(2, 3), (5, 3)], "a hit refreshes and ages nobody");
-        set.read(9 * 64, 4, |d| gone.push(d.state.line));
-        set.read(64, 4, |d| gone.push(d.state.line));
+        set.read(9 * 64, 4, &mut |d: Departure| gone.push(d.state.line));
+        set.read(64, 4, &mut |d: Departure| gone.push(d.state.line));
         // Two misses since line 2 and 5 were touched: ages 1; a third leaves them.
         assert_eq!(rows(&set), vec![(1, 3), (2, 1), (5, 1), (9, 2)]);
-        set.read(7 * 64, 4, |d| gone.push(d.state.line));
+        set.read(7 * 64, 4, &mut |d: Departure| gone.push(d.state.line));
         gone.sort();
         assert_eq!(gone, vec![2, 5]);
         assert_eq!(rows(&set), vec![(1, 2), (7, 3), (9, 1)]);
@@ -395,32 +409,24 @@ mod tests {
     #[test]
     fn straddling_reads_touch_both_lines_and_count_bytes() {
         let mut set = OrderedWorkingSet::new(WorkingSetConfig::default());
-        let e = set.read(60, 8, |_| {});
+        let e = set.read(60, 8, &mut |_: Departure| {});
         assert_eq!(e, ReadEffect { inserted: 2, hits: 0 });
         let l = set.lines();
         assert_eq!((l[0].line, l[0].bytes_read, l[0].distinct_bytes()), (0, 4, 4));
         assert_eq!((l[1].line, l[1].bytes_read, l[1].touched), (1, 4, 0b1111));
-        set.read(60, 8, |_| {});
+        set.read(60, 8, &mut |_: Departure| {});
         assert_eq!(set.lines()[0].bytes_read, 8, "repeated bytes count in bytes_read");
         assert_eq!(set.lines()[0].distinct_bytes(), 4, "but not in the mask");
-    }
-
-    #[test]
-    fn byte_masks() {
-        assert_eq!(byte_mask(0, 1), 1);
-        assert_eq!(byte_mask(4, 8), 0xf0);
-        assert_eq!(byte_mask(0, 128), u128::MAX);
-        assert_eq!(byte_mask(127, 128), 1 << 127);
     }
 
     #[test]
     fn max_rows_evicts_least_recently_used() {
         let mut set = OrderedWorkingSet::new(config(100, 2));
         let mut gone = Vec::new();
-        set.read(0, 1, |d| gone.push(d.state.line));
-        set.read(64, 1, |d| gone.push(d.state.line));
-        set.read(0, 1, |d| gone.push(d.state.line)); // line 0 now more recent
-        set.read(128, 1, |d| gone.push(d.state.line));
+        set.read(0, 1, &mut |d: Departure| gone.push(d.state.line));
+        set.read(64, 1, &mut |d: Departure| gone.push(d.state.line));
+        set.read(0, 1, &mut |d: Departure| gone.push(d.state.line)); // line 0 now more recent
+        set.read(128, 1, &mut |d: Departure| gone.push(d.state.line));
         assert_eq!(gone, vec![1]);
         assert_eq!(set.lines().iter().map(|l| l.line).collect::<Vec<_>>(), vec![0, 2]);
     }
@@ -429,7 +435,7 @@ mod tests {
     fn height_never_exceeds_max_age() {
         let mut set = OrderedWorkingSet::new(config(16, 1000));
         for i in 0..1000u64 {
-            set.read((i * 7919 % 4096) * 64, 8, |_| {});
+            set.read((i * 7919 % 4096) * 64, 8, &mut |_: Departure| {});
             assert!(set.lines().len() <= 16);
         }
     }
@@ -438,15 +444,15 @@ mod tests {
     fn restore_continues_identically() {
         let mut a = OrderedWorkingSet::new(config(8, 8));
         for i in 0..50u64 {
-            a.read((i * 37 % 20) * 64, 4, |_| {});
+            a.read((i * 37 % 20) * 64, 4, &mut |_: Departure| {});
         }
         let mut b = OrderedWorkingSet::restore(*a.config(), a.lines(), a.clock());
         let mut c = FastWorkingSet::restore(*a.config(), &a.snapshot(), a.clock());
         for i in 0..50u64 {
             let (mut ga, mut gb, mut gc) = (Vec::new(), Vec::new(), Vec::new());
-            a.read((i * 13 % 23) * 64, 4, |d| ga.push(d.state.line));
-            b.read((i * 13 % 23) * 64, 4, |d| gb.push(d.state.line));
-            c.read((i * 13 % 23) * 64, 4, |d| gc.push(d.state.line));
+            a.read((i * 13 % 23) * 64, 4, &mut |d: Departure| ga.push(d.state.line));
+            b.read((i * 13 % 23) * 64, 4, &mut |d: Departure| gb.push(d.state.line));
+            c.read((i * 13 % 23) * 64, 4, &mut |d: Departure| gc.push(d.state.line));
             assert_eq!(ga, gb);
             assert_eq!(ga, gc, "the hashed store behaves like the sorted one");
             assert_eq!(a.lines(), b.lines());

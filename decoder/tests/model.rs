@@ -1,7 +1,7 @@
 //! Decoder tests on synthetic traces written with the trace-rt writer.
 
 use decoder::model::{DecodeOptions, Model};
-use decoder::raster::{BitmapView, Palette, cell_colour, rasterize_bitmap};
+use decoder::raster::{BitmapView, ColourBy, Palette, cell_colour, rasterize_bitmap, rasterize_exact};
 use decoder::working_set::WorkingSetConfig;
 use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Metadata, Site, TraceWriter, Trailer};
 
@@ -46,7 +46,14 @@ fn pixels_of_a_three_column_trace() {
     let model = Model::decode(&path, &options(4, 4, 1), &mut |_| {}).expect("decode");
     assert_eq!(model.columns, 3);
     let p = Palette::default();
-    let view = BitmapView { columns: (0.0, 3.0), rows: (0.0, 2.0), width: 3, height: 2, alpha: 1.0 };
+    let view = BitmapView {
+        columns: (0.0, 3.0),
+        rows: (0.0, 2.0),
+        width: 3,
+        height: 2,
+        alpha: 1.0,
+        colour_by: ColourBy::BytesRead,
+    };
     let img = rasterize_bitmap(&model, &view, &p).expect("raster");
     let green = p.used;
     let bg = p.background;
@@ -61,7 +68,14 @@ fn pixels_of_a_three_column_trace() {
 
     // All six cells in one pixel, alpha 1: each cell covers 1/6; five are
     // present, one is background: C = (g + aged + g + g + g + bg) / 6.
-    let view = BitmapView { columns: (0.0, 3.0), rows: (0.0, 2.0), width: 1, height: 1, alpha: 1.0 };
+    let view = BitmapView {
+        columns: (0.0, 3.0),
+        rows: (0.0, 2.0),
+        width: 1,
+        height: 1,
+        alpha: 1.0,
+        colour_by: ColourBy::BytesRead,
+    };
     let img = rasterize_bitmap(&model, &view, &p).expect("raster");
     let mean = |k: usize| (4.0 * green[k] + aged[k] + bg[k]) / 6.0;
     assert_eq!(img.pixel(0, 0), to8([mean(0), mean(1), mean(2)]));
@@ -94,7 +108,14 @@ fn a_single_access_stays_visible_with_alpha_below_one() {
     let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let p = Palette::default();
     // One column among 100,000, one row among 100, all in one pixel.
-    let view = |alpha| BitmapView { columns: (0.0, 100_000.0), rows: (0.0, 100.0), width: 1, height: 1, alpha };
+    let view = |alpha| BitmapView {
+        columns: (0.0, 100_000.0),
+        rows: (0.0, 100.0),
+        width: 1,
+        height: 1,
+        alpha,
+        colour_by: ColourBy::BytesRead,
+    };
     let bg = to8(p.background);
     let dull = rasterize_bitmap(&model, &view(1.0), &p).expect("raster").pixel(0, 0);
     let lifted = rasterize_bitmap(&model, &view(0.1), &p).expect("raster").pixel(0, 0);
@@ -265,13 +286,41 @@ fn fast_rasteriser_equals_the_per_cell_reference() {
     let model = Model::decode(&path, &options(40, 40, 100), &mut |_| {}).expect("decode");
     let p = Palette::default();
     let views = [
-        BitmapView { columns: (0.0, 3000.0), rows: (0.0, 40.0), width: 97, height: 23, alpha: 1.0 },
-        BitmapView { columns: (0.0, 3000.0), rows: (0.0, 40.0), width: 64, height: 40, alpha: 0.3 },
-        BitmapView { columns: (1234.5, 1301.25), rows: (3.5, 30.0), width: 200, height: 50, alpha: 1.0 },
-        BitmapView { columns: (100.0, 2900.0), rows: (0.0, 40.0), width: 13, height: 7, alpha: 2.0 },
+        BitmapView {
+            columns: (0.0, 3000.0),
+            rows: (0.0, 40.0),
+            width: 97,
+            height: 23,
+            alpha: 1.0,
+            colour_by: ColourBy::BytesRead,
+        },
+        BitmapView {
+            columns: (0.0, 3000.0),
+            rows: (0.0, 40.0),
+            width: 64,
+            height: 40,
+            alpha: 0.3,
+            colour_by: ColourBy::BytesRead,
+        },
+        BitmapView {
+            columns: (1234.5, 1301.25),
+            rows: (3.5, 30.0),
+            width: 200,
+            height: 50,
+            alpha: 1.0,
+            colour_by: ColourBy::BytesRead,
+        },
+        BitmapView {
+            columns: (100.0, 2900.0),
+            rows: (0.0, 40.0),
+            width: 13,
+            height: 7,
+            alpha: 2.0,
+            colour_by: ColourBy::BytesRead,
+        },
     ];
     for view in views {
-        let fast = rasterize_bitmap(&model, &view, &p).expect("raster");
+        let fast = rasterize_exact(&model, &view, &p, &mut |_, _| true).expect("raster");
         let want = reference_bitmap(&model, &view, &p);
         let worst = fast.rgba.iter().zip(&want).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0);
         assert!(worst <= 1, "{view:?}: pixels differ by up to {worst}");

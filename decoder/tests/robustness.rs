@@ -3,7 +3,7 @@
 //! pointers, many threads) decode, draw and tabulate without panicking.
 
 use decoder::model::{DecodeOptions, Model};
-use decoder::raster::{RenderOptions, render};
+use decoder::raster::{BitmapView, ColourBy, Palette, RenderOptions, rasterize_bitmap, render};
 use decoder::symbols::Symbolizer;
 use decoder::tables::{Grouping, access_table, allocation_table};
 use proptest::prelude::*;
@@ -64,9 +64,25 @@ proptest! {
             let _ = access_table(&model, &symbols, Grouping::Line);
             let _ = allocation_table(&model, &symbols);
             if model.columns > 0 {
-                let options = RenderOptions { width: 64, height: 48, columns: None, alpha: 0.5 };
-                let drawn = render(&model, &symbols, &options, &mut |_, _| {});
-                prop_assert!(drawn.is_ok(), "render failed: {:?}", drawn.err());
+                for colour_by in [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age] {
+                    let options = RenderOptions { width: 64, height: 48, columns: None, alpha: 0.5, colour_by };
+                    let drawn = render(&model, &options, &mut |pc| symbols.locate(pc).function.clone(), &mut |_, _| true);
+                    prop_assert!(drawn.is_ok(), "render failed: {:?}", drawn.err());
+                }
+                // Every way of drawing: exact (wide), spans (narrow), and
+                // the summary (a view far wider than the trace).
+                for (columns, width) in [(model.columns as f64, 1000u32), (model.columns as f64, 16), (1e7, 16)] {
+                    let view = BitmapView {
+                        columns: (0.0, columns),
+                        rows: (0.0, 40.0),
+                        width,
+                        height: 20,
+                        alpha: 0.7,
+                        colour_by: ColourBy::Age,
+                    };
+                    let drawn = rasterize_bitmap(&model, &view, &Palette::default());
+                    prop_assert!(drawn.is_ok(), "raster failed: {:?}", drawn.err());
+                }
             }
         }
     }

@@ -1,0 +1,131 @@
+//! [`ColumnCursor`]: the one way to walk the columns of a decoded trace
+//! after decoding. It restores the working-set snapshot at or before the
+//! column asked for, replays from there, and then hands out one read column
+//! per [`ColumnCursor::step`]. It can be kept and resumed (the viewer walks
+//! on from where it stopped drawing), and it can rebuild call frames
+//! (`with_calls`).
+
+use std::fs::File;
+use std::io::BufReader;
+
+use trace_rt::format::{FormatError, TraceReader};
+
+use crate::DecodeError;
+use crate::calltree::{CallTreeBuilder, apply_control};
+use crate::model::{Access, Model, access_of};
+use crate::working_set::{Departure, LineObserver, LineStore, WorkingSet};
+
+/// One read column: the read, and the thread that made it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnRead {
+    /// Its column.
+    pub column: u64,
+    /// Thread.
+    pub thread: u32,
+    /// The access (a read; possibly also a write).
+    pub access: Access,
+}
+
+/// Walks the columns of `model` from any column on; the working set lives
+/// in store `S` (sorted rows for drawing rows, hashed for summing spans).
+pub struct ColumnCursor<'m, S: LineStore> {
+    model: &'m Model,
+    reader: TraceReader<BufReader<File>>,
+    set: WorkingSet<S>,
+    calls: Option<CallTreeBuilder>,
+    /// The column the next step yields.
+    column: u64,
+}
+
+impl<'m, S: LineStore> ColumnCursor<'m, S> {
+    /// A cursor whose next step yields column `column` (its working set is
+    /// in the state after column `column - 1`).
+    pub fn new(model: &'m Model, column: u64) -> Result<Self, DecodeError> {
+        Self::start(model, column, false)
+    }
+
+    /// Like [`ColumnCursor::new`], also rebuilding call frames.
+    pub fn with_calls(model: &'m Model, column: u64) -> Result<Self, DecodeError> {
+        Self::start(model, column, true)
+    }
+
+    fn start(model: &'m Model, column: u64, calls: bool) -> Result<Self, DecodeError> {
+        let snaps = &model.working_set.snapshots;
+        let i = snaps.partition_point(|s| s.column <= column).saturating_sub(1);
+        let snap =
+            snaps.get(i).ok_or_else(|| DecodeError::Corrupt("the trace has no snapshot to start from".into()))?;
+        let file = File::open(&model.trace_path).map_err(FormatError::from)?;
+        let mut reader = TraceReader::new(BufReader::with_capacity(1 << 16, file))?;
+        reader.seek_to_chunk(snap.chunk, &model.sites)?;
+        let mut cursor = ColumnCursor {
+            model,
+            reader,
+            set: WorkingSet::restore(model.working_set.config, &snap.lines, snap.clock),
+            calls: calls.then(|| CallTreeBuilder::resume(&snap.stacks)),
+            column: snap.column,
+        };
+        while cursor.column < column {
+            if cursor.step(&mut |_: Departure| {})?.is_none() {
+                break;
+            }
+        }
+        Ok(cursor)
+    }
+
+    /// The column the next step yields.
+    pub fn column(&self) -> u64 {
+        self.column
+    }
+
+    /// The working set after the last step.
+    pub fn set(&self) -> &WorkingSet<S> {
+        &self.set
+    }
+
+    /// The frames rebuilt so far (with [`ColumnCursor::with_calls`]).
+    pub fn calls(&self) -> Option<&CallTreeBuilder> {
+        self.calls.as_ref()
+    }
+
+    /// Hands over the frame builder (with [`ColumnCursor::with_calls`]).
+    pub fn into_calls(self) -> Option<CallTreeBuilder> {
+        self.calls
+    }
+
+    /// Applies the next read column to the working set (`observer` hears of
+    /// every line touched, inserted and gone) and returns it; `None` at the
+    /// end of the trace. Writes and control events before it are consumed
+    /// (and fed to the frame builder).
+    pub fn step(&mut self, observer: &mut impl LineObserver) -> Result<Option<ColumnRead>, DecodeError> {
+        if self.column >= self.model.columns {
+            return Ok(None);
+        }
+        while let Some(rec) = self.reader.next_record()? {
+            match access_of(&rec.event, self.reader.sites())? {
+                Some(access) => {
+                    if let Some(calls) = self.calls.as_mut() {
+                        if access.writes {
+                            calls.write(rec.thread);
+                        }
+                        if access.reads {
+                            calls.read(rec.thread);
+                        }
+                    }
+                    if !access.reads {
+                        continue;
+                    }
+                    self.set.read(access.addr, access.size, observer);
+                    let read = ColumnRead { column: self.column, thread: rec.thread, access };
+                    self.column += 1;
+                    return Ok(Some(read));
+                }
+                None => {
+                    if let Some(calls) = self.calls.as_mut() {
+                        apply_control(calls, rec.thread, &rec.event, self.column);
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,257 @@
+//! The multi-resolution summary of the bitmap, built while decoding: level
+//! 0 holds one [`Span`] per block of `2^shift` columns, each coarser level
+//! merges pairs of the level below. Drawing a column range at W pixels
+//! reads the level whose blocks are about a pixel wide: O(W x rows),
+//! whatever the trace's length — no replay for a whole-trace view.
+//!
+//! Cells are stored quantized (6 bytes per block and row). Level 0 holds at
+//! most [`MAX_LEVEL0_CELLS`] cells: when a trace would need more, blocks
+//! double in width (as the working-set snapshots do), so the summary of any
+//! trace stays within about 200 MB.
+
+use crate::spans::{CellMeans, Span, SpanRow};
+
+/// Most cells (blocks x rows) level 0 keeps before its blocks double.
+pub const MAX_LEVEL0_CELLS: usize = 1 << 24;
+/// Width of level-0 blocks to start with: `2^12` columns.
+pub const FIRST_SHIFT: u32 = 12;
+
+/// One row of one block, quantized.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SummaryCell {
+    /// Occupancy, `0..=65535` for 0..1.
+    pub occupancy: u16,
+    /// Means of the colour terms, `0..=255` for 0..1.
+    pub fresh: u8,
+    /// See [`CellMeans::fresh_bytes`].
+    pub fresh_bytes: u8,
+    /// See [`CellMeans::fresh_distinct`].
+    pub fresh_distinct: u8,
+    /// See [`CellMeans::tint`].
+    pub tint: u8,
+}
+
+fn q8(v: f64) -> u8 {
+    (v.clamp(0.0, 1.0) * 255.0).round() as u8
+}
+
+impl SummaryCell {
+    /// Quantizes a span row.
+    pub fn from_row(r: &SpanRow) -> SummaryCell {
+        SummaryCell {
+            occupancy: (r.occupancy.clamp(0.0, 1.0) * 65535.0).round() as u16,
+            fresh: q8(r.means.fresh),
+            fresh_bytes: q8(r.means.fresh_bytes),
+            fresh_distinct: q8(r.means.fresh_distinct),
+            tint: q8(r.means.tint),
+        }
+    }
+
+    /// Back to a span row.
+    pub fn row(&self) -> SpanRow {
+        SpanRow {
+            occupancy: f64::from(self.occupancy) / 65535.0,
+            means: CellMeans {
+                fresh: f64::from(self.fresh) / 255.0,
+                fresh_bytes: f64::from(self.fresh_bytes) / 255.0,
+                fresh_distinct: f64::from(self.fresh_distinct) / 255.0,
+                tint: f64::from(self.tint) / 255.0,
+            },
+        }
+    }
+}
+
+/// One level: blocks of `2^shift` columns (the last one may be shorter).
+#[derive(Clone, Debug, Default)]
+pub struct Level {
+    /// Block width as a power of two.
+    pub shift: u32,
+    /// `offsets[i]..offsets[i + 1]` are block `i`'s cells.
+    offsets: Vec<u32>,
+    cells: Vec<SummaryCell>,
+}
+
+impl Level {
+    fn new(shift: u32) -> Level {
+        Level { shift, offsets: vec![0], cells: Vec::new() }
+    }
+
+    /// Number of blocks.
+    pub fn blocks(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The rows of block `i`, row 0 first.
+    pub fn block(&self, i: usize) -> &[SummaryCell] {
+        &self.cells[self.offsets[i] as usize..self.offsets[i + 1] as usize]
+    }
+
+    fn push(&mut self, rows: impl IntoIterator<Item = SummaryCell>) {
+        self.cells.extend(rows);
+        self.offsets.push(self.cells.len() as u32);
+    }
+
+    /// Cells stored.
+    pub fn cells(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The level above: pairs of blocks merged (`columns` in all).
+    fn coarser(&self, columns: u64) -> Level {
+        let mut up = Level::new(self.shift + 1);
+        let width = 1u64 << self.shift;
+        let mut i = 0;
+        while i < self.blocks() {
+            let a = self.block(i);
+            let b = if i + 1 < self.blocks() { self.block(i + 1) } else { &[] };
+            let wa = width.min(columns.saturating_sub(i as u64 * width)) as f64;
+            let wb = width.min(columns.saturating_sub((i as u64 + 1) * width)) as f64;
+            up.push(merge(a, wa, b, wb));
+            i += 2;
+        }
+        up
+    }
+}
+
+/// Two adjacent blocks as one: occupancy by width, colours by occupied
+/// cells.
+fn merge(a: &[SummaryCell], wa: f64, b: &[SummaryCell], wb: f64) -> Vec<SummaryCell> {
+    let rows = a.len().max(b.len());
+    (0..rows)
+        .map(|r| {
+            let ra = a.get(r).map(SummaryCell::row).unwrap_or_default();
+            let rb = b.get(r).map(SummaryCell::row).unwrap_or_default();
+            let (ma, mb) = (ra.occupancy * wa, rb.occupancy * wb);
+            let total = ma + mb;
+            let mix = |x: f64, y: f64| if total > 0.0 { (x * ma + y * mb) / total } else { 0.0 };
+            SummaryCell::from_row(&SpanRow {
+                occupancy: total / (wa + wb).max(1.0),
+                means: CellMeans {
+                    fresh: mix(ra.means.fresh, rb.means.fresh),
+                    fresh_bytes: mix(ra.means.fresh_bytes, rb.means.fresh_bytes),
+                    fresh_distinct: mix(ra.means.fresh_distinct, rb.means.fresh_distinct),
+                    tint: mix(ra.means.tint, rb.means.tint),
+                },
+            })
+        })
+        .collect()
+}
+
+/// The summary: level 0 finest.
+#[derive(Clone, Debug, Default)]
+pub struct BitmapPyramid {
+    /// Levels, finest first.
+    pub levels: Vec<Level>,
+    /// Columns summarized.
+    pub columns: u64,
+}
+
+impl BitmapPyramid {
+    /// The coarsest level whose blocks are at most `columns_per_pixel`
+    /// wide, if any level is that fine.
+    pub fn level_for(&self, columns_per_pixel: f64) -> Option<&Level> {
+        self.levels.iter().rev().find(|l| (1u64 << l.shift) as f64 <= columns_per_pixel)
+    }
+
+    /// Width of level-0 blocks in columns (0 when there are none).
+    pub fn finest_block(&self) -> u64 {
+        self.levels.first().map(|l| 1u64 << l.shift).unwrap_or(0)
+    }
+
+    /// Cells stored in every level.
+    pub fn cells(&self) -> usize {
+        self.levels.iter().map(Level::cells).sum()
+    }
+}
+
+/// Builds level 0 from spans of whole blocks, then the coarser levels.
+pub struct PyramidBuilder {
+    level0: Level,
+}
+
+impl Default for PyramidBuilder {
+    fn default() -> Self {
+        PyramidBuilder { level0: Level::new(FIRST_SHIFT) }
+    }
+}
+
+impl PyramidBuilder {
+    /// Width of the blocks the next spans must have.
+    pub fn block_width(&self) -> u64 {
+        1 << self.level0.shift
+    }
+
+    /// Adds the span of the next block (the last may be shorter).
+    pub fn push(&mut self, span: &Span) {
+        self.level0.push(span.rows.iter().map(SummaryCell::from_row));
+        if self.level0.cells() > MAX_LEVEL0_CELLS && self.level0.blocks() % 2 == 0 {
+            // Too fine for this trace: double the blocks. All blocks so far
+            // are whole, so the merge is exact in widths.
+            let columns = self.level0.blocks() as u64 * self.block_width();
+            self.level0 = self.level0.coarser(columns);
+        }
+    }
+
+    /// The summary of `columns` columns.
+    pub fn finish(self, columns: u64) -> BitmapPyramid {
+        let mut levels = vec![self.level0];
+        while levels.last().is_some_and(|l| l.blocks() > 1) {
+            let next = levels.last().map(|l| l.coarser(columns)).unwrap_or_default();
+            levels.push(next);
+        }
+        if levels[0].blocks() == 0 {
+            levels.clear();
+        }
+        BitmapPyramid { levels, columns }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(occ: &[f64], fresh: f64) -> Span {
+        Span {
+            start: 0,
+            end: 0,
+            rows: occ
+                .iter()
+                .map(|&o| SpanRow { occupancy: o, means: CellMeans { fresh, ..CellMeans::default() } })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn quantizing_keeps_two_decimals() {
+        let r = SpanRow {
+            occupancy: 0.3333,
+            means: CellMeans { fresh: 0.5, fresh_bytes: 0.25, fresh_distinct: 0.125, tint: 1.0 },
+        };
+        let back = SummaryCell::from_row(&r).row();
+        assert!((back.occupancy - r.occupancy).abs() < 1e-4);
+        assert!((back.means.fresh - 0.5).abs() < 0.003 && (back.means.tint - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn coarser_levels_merge_by_width_and_occupancy() {
+        let mut b = PyramidBuilder::default();
+        b.push(&span(&[1.0, 1.0], 1.0));
+        b.push(&span(&[1.0], 0.0));
+        b.push(&span(&[0.5], 1.0));
+        // Three blocks of 4096, the last one 1024 columns wide.
+        let p = b.finish(4096 * 2 + 1024);
+        assert_eq!(p.levels.len(), 3);
+        let l1 = &p.levels[1];
+        assert_eq!(l1.blocks(), 2);
+        let top = l1.block(0);
+        assert_eq!(top.len(), 2);
+        assert_eq!(top[0].row().occupancy, 1.0);
+        assert!((top[1].row().occupancy - 0.5).abs() < 1e-4, "row 1 held a line half the time");
+        assert!((top[0].row().means.fresh - 0.5).abs() < 0.003, "fresh 1 and 0 in equal parts");
+        let last = l1.block(1);
+        assert!((last[0].row().occupancy - 0.5).abs() < 1e-4, "the short block keeps its own width");
+        assert_eq!(p.level_for(5000.0).map(|l| l.shift), Some(12));
+        assert_eq!(p.level_for(9000.0).map(|l| l.shift), Some(13));
+        assert!(p.level_for(100.0).is_none());
+    }
+}

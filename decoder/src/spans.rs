@@ -1,0 +1,297 @@
+//! The bitmap over a span of columns, summed: for each row, how much of the
+//! span it was occupied and the mean colour terms of its cells. Both the
+//! precomputed multi-resolution summary ([`crate::pyramid`]) and zoomed-out
+//! drawing of a column range are made of such spans.
+//!
+//! Why it is cheap: a cell's colour is affine in the line's *freshness*
+//! (`age / max_age`) and in freshness times its bytes-read fraction, and a
+//! line's age falls by one per miss — so the sum of its freshness over any
+//! run of columns in which it is not touched follows from the miss clock
+//! summed over those columns ([`SpanAccumulator`] keeps that prefix sum).
+//! Each line is settled when it is touched, when it leaves, and at the end
+//! of the span: O(1) per access and O(rows log rows) per span, where an
+//! exact per-cell sum costs O(rows) per miss (every miss shifts the rows
+//! below it and ages every line).
+//!
+//! What is approximate: rows. A line's cells are put in the row it holds at
+//! the end of the span (a line that left during the span: the row its
+//! address would hold then). A span with no insertion is exact; otherwise a
+//! line's mass can land a few rows from where it was, at most as many as
+//! there were misses in the span. Occupancy per row is exact (from a
+//! histogram of the set's size), so is every line's colour mass.
+
+use std::collections::HashMap;
+
+use crate::lines::LineSize;
+use crate::reuse::BuildLineHasher;
+use crate::working_set::{Departure, LineObserver, LineState, LineStore, WorkingSet, WorkingSetConfig};
+
+/// The colour terms of a cell, or the means of a group of cells.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CellMeans {
+    /// Freshness: `age / max_age` (1 just touched, near 0 about to leave).
+    pub fresh: f64,
+    /// Freshness times the fraction of a line's worth of bytes read
+    /// (capped at 1): what fades from purple to green.
+    pub fresh_bytes: f64,
+    /// Freshness times the fraction of the line's bytes read at least once.
+    pub fresh_distinct: f64,
+    /// Fraction of the cells inside a recorded allocation.
+    pub tint: f64,
+}
+
+impl CellMeans {
+    /// The terms of one line's cell: `age` in `1..=max_age`.
+    pub fn of_line(state: &LineState, age: u32, config: &WorkingSetConfig, tinted: bool) -> CellMeans {
+        let fresh = f64::from(age) / f64::from(config.max_age.max(1));
+        let line = f64::from(config.line_size.max(1));
+        CellMeans {
+            fresh,
+            fresh_bytes: fresh * (f64::from(state.bytes_read) / line).min(1.0),
+            fresh_distinct: fresh * (f64::from(state.distinct_bytes()) / line).min(1.0),
+            tint: if tinted { 1.0 } else { 0.0 },
+        }
+    }
+}
+
+/// One row of a span.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpanRow {
+    /// Fraction of the span's columns in which the row held a line.
+    pub occupancy: f64,
+    /// Mean colour terms of its cells.
+    pub means: CellMeans,
+}
+
+/// A finished span: columns `[start, end)`, rows from the top.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Span {
+    /// First column.
+    pub start: u64,
+    /// One past the last column.
+    pub end: u64,
+    /// Row 0 first; as many rows as the set's largest size in the span.
+    pub rows: Vec<SpanRow>,
+}
+
+/// Sums of one line over the current span.
+#[derive(Clone, Copy, Debug, Default)]
+struct LineSums {
+    /// Settled up to this column (exclusive).
+    since: u64,
+    /// Miss-clock prefix sum at `since`.
+    clock_sum_since: u128,
+    /// Whether the line is inside a recorded allocation (decided when it
+    /// entered the set).
+    tinted: bool,
+    columns: f64,
+    fresh: f64,
+    fresh_bytes: f64,
+    fresh_distinct: f64,
+    tinted_columns: f64,
+}
+
+impl LineSums {
+    fn add(&mut self, other: &LineSums) {
+        self.columns += other.columns;
+        self.fresh += other.fresh;
+        self.fresh_bytes += other.fresh_bytes;
+        self.fresh_distinct += other.fresh_distinct;
+        self.tinted_columns += other.tinted_columns;
+    }
+}
+
+/// Follows a working set column by column and sums it into spans. Drive it
+/// with [`SpanAccumulator::begin_column`], the set's read with the
+/// accumulator as observer, [`SpanAccumulator::end_column`]; close spans
+/// with [`SpanAccumulator::close_span`].
+pub struct SpanAccumulator {
+    config: WorkingSetConfig,
+    line_size: LineSize,
+    lines: HashMap<u64, LineSums, BuildLineHasher>,
+    /// Lines that entered the set in the current column: whether they are
+    /// inside an allocation is asked at the column's end.
+    entered: Vec<u64>,
+    /// Sums of lines that left during the span, with their line number.
+    departed: Vec<(u64, LineSums)>,
+    /// Columns of the span by set size after the read.
+    sizes: Vec<u64>,
+    span_start: u64,
+    column: u64,
+    /// Sum of the miss clock over columns before `column`.
+    clock_sum: u128,
+}
+
+impl SpanAccumulator {
+    /// An accumulator whose first span starts at `column`, for `set` in the
+    /// state it has before that column. `tint(lo, hi)` says whether the
+    /// line of addresses `[lo, hi)` is inside a recorded allocation.
+    pub fn new<S: LineStore>(
+        set: &WorkingSet<S>,
+        column: u64,
+        mut tint: impl FnMut(u64, u64) -> bool,
+    ) -> SpanAccumulator {
+        let config = *set.config();
+        let line_size = LineSize::new(config.line_size);
+        let mut acc = SpanAccumulator {
+            config,
+            line_size,
+            lines: HashMap::default(),
+            entered: Vec::new(),
+            departed: Vec::new(),
+            sizes: Vec::new(),
+            span_start: column,
+            column,
+            clock_sum: 0,
+        };
+        let mut present = Vec::new();
+        set.for_each_line(|l| present.push(l.line));
+        for line in present {
+            let start = line_size.start_of(line);
+            let tinted = tint(start, start.saturating_add(u64::from(line_size.bytes())));
+            acc.lines.insert(line, LineSums { since: column, tinted, ..LineSums::default() });
+        }
+        acc
+    }
+
+    /// The column about to be read.
+    #[inline]
+    pub fn begin_column(&mut self, column: u64) {
+        self.column = column;
+    }
+
+    /// The read of the current column is done; `clock` and `len` are the
+    /// set's miss clock and size after it; `tint(lo, hi)` says whether the
+    /// line of addresses `[lo, hi)` is inside a recorded allocation (asked
+    /// for lines that just entered the set).
+    #[inline]
+    pub fn end_column(&mut self, clock: u64, len: usize, mut tint: impl FnMut(u64, u64) -> bool) {
+        for line in self.entered.drain(..) {
+            if let Some(sums) = self.lines.get_mut(&line) {
+                let start = self.line_size.start_of(line);
+                sums.tinted = tint(start, start.saturating_add(u64::from(self.line_size.bytes())));
+            }
+        }
+        self.clock_sum += u128::from(clock);
+        if self.sizes.len() <= len {
+            self.sizes.resize(len + 1, 0);
+        }
+        self.sizes[len] += 1;
+        self.column += 1;
+    }
+
+    /// Settles `sums` (the line in `state`) up to the current column.
+    #[inline]
+    fn settle(config: &WorkingSetConfig, sums: &mut LineSums, state: &LineState, column: u64, clock_sum: u128) {
+        let n = column.saturating_sub(sums.since);
+        if n == 0 {
+            return;
+        }
+        let clocks = (clock_sum - sums.clock_sum_since) as f64;
+        let max_age = f64::from(config.max_age.max(1));
+        // Age at a column is max_age - (clock - last_touch): summed, the
+        // clock's sum over the columns is what varies.
+        let ages = n as f64 * (max_age + state.last_touch as f64) - clocks;
+        let fresh = (ages / max_age).max(0.0);
+        let line = f64::from(config.line_size.max(1));
+        sums.columns += n as f64;
+        sums.fresh += fresh;
+        sums.fresh_bytes += fresh * (f64::from(state.bytes_read) / line).min(1.0);
+        sums.fresh_distinct += fresh * (f64::from(state.distinct_bytes()) / line).min(1.0);
+        if sums.tinted {
+            sums.tinted_columns += n as f64;
+        }
+        sums.since = column;
+        sums.clock_sum_since = clock_sum;
+    }
+
+    /// Ends the span at the current column (exclusive) and starts the next.
+    /// `set` is the set the accumulator follows, as it is now.
+    pub fn close_span<S: LineStore>(&mut self, set: &WorkingSet<S>) -> Span {
+        let (column, clock_sum) = (self.column, self.clock_sum);
+        let mut present: Vec<(u64, LineSums)> = Vec::with_capacity(set.len());
+        let (config, lines) = (&self.config, &mut self.lines);
+        set.for_each_line(|state| {
+            if let Some(sums) = lines.get_mut(&state.line) {
+                Self::settle(config, sums, state, column, clock_sum);
+                present.push((state.line, *sums));
+                *sums =
+                    LineSums { since: column, clock_sum_since: clock_sum, tinted: sums.tinted, ..LineSums::default() };
+            }
+        });
+        present.sort_unstable_by_key(|&(line, _)| line);
+        let height = self.sizes.len().saturating_sub(1).max(present.len());
+        let mut mass = vec![LineSums::default(); height];
+        for (i, (_, sums)) in present.iter().enumerate() {
+            mass[i].add(sums);
+        }
+        for (line, sums) in self.departed.drain(..) {
+            let row = present.partition_point(|&(l, _)| l < line).min(height.saturating_sub(1));
+            if let Some(m) = mass.get_mut(row) {
+                m.add(&sums);
+            }
+        }
+        let span_columns = (column - self.span_start).max(1) as f64;
+        // Occupancy of row r: columns in which the set held more than r lines.
+        let mut rows = vec![SpanRow::default(); height];
+        let mut above = 0u64;
+        for r in (0..height).rev() {
+            above += self.sizes.get(r + 1).copied().unwrap_or(0);
+            rows[r].occupancy = above as f64 / span_columns;
+        }
+        let mut last_means = None;
+        for (row, m) in rows.iter_mut().zip(&mass) {
+            if m.columns > 0.0 {
+                let means = CellMeans {
+                    fresh: m.fresh / m.columns,
+                    fresh_bytes: m.fresh_bytes / m.columns,
+                    fresh_distinct: m.fresh_distinct / m.columns,
+                    tint: m.tinted_columns / m.columns,
+                };
+                row.means = means;
+                last_means = Some(means);
+            } else if let Some(means) = last_means {
+                row.means = means;
+            }
+        }
+        // Occupied rows before the first with mass take the first's colour.
+        if let Some(first) = mass.iter().position(|m| m.columns > 0.0) {
+            let means = rows[first].means;
+            for row in &mut rows[..first] {
+                row.means = means;
+            }
+        }
+        let span = Span { start: self.span_start, end: column, rows };
+        self.sizes.clear();
+        self.span_start = column;
+        span
+    }
+}
+
+impl LineObserver for SpanAccumulator {
+    #[inline]
+    fn before_touch(&mut self, state: &LineState) {
+        if let Some(sums) = self.lines.get_mut(&state.line) {
+            Self::settle(&self.config, sums, state, self.column, self.clock_sum);
+        }
+    }
+
+    #[inline]
+    fn inserted(&mut self, state: &LineState) {
+        self.lines.insert(
+            state.line,
+            LineSums { since: self.column, clock_sum_since: self.clock_sum, ..LineSums::default() },
+        );
+        self.entered.push(state.line);
+    }
+
+    #[inline]
+    fn departed(&mut self, departure: Departure) {
+        if let Some(mut sums) = self.lines.remove(&departure.state.line) {
+            Self::settle(&self.config, &mut sums, &departure.state, self.column, self.clock_sum);
+            if sums.columns > 0.0 {
+                self.departed.push((departure.state.line, sums));
+            }
+        }
+    }
+}

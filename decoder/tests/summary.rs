@@ -1,0 +1,231 @@
+//! The model's cursor, spans and summary against straight per-column
+//! references, on random traces.
+
+use decoder::cursor::ColumnCursor;
+use decoder::model::{DecodeOptions, Model};
+use decoder::pyramid::SummaryCell;
+use decoder::raster::{BitmapView, ColourBy, Palette, rasterize_exact, rasterize_from_spans, rasterize_from_summary};
+use decoder::spans::SpanAccumulator;
+use decoder::working_set::{Departure, HashedLines, SortedLines, WorkingSetConfig};
+use proptest::prelude::*;
+use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+
+/// A trace of reads: a sweep mixed with scattered reads over `spread`
+/// lines, some straddling lines, frames every so often; then `hot` reads
+/// that only hit the last 8 lines read (no line enters or leaves).
+fn trace(seed: u64, reads: u64, spread: u64, chunk: usize) -> tempfile::TempPath {
+    trace_with_hot_tail(seed, reads, spread, chunk, 0)
+}
+
+fn trace_with_hot_tail(seed: u64, reads: u64, spread: u64, chunk: usize, hot: u64) -> tempfile::TempPath {
+    let path = tempfile::NamedTempFile::new().expect("temp").into_temp_path();
+    let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
+    w.set_chunk_target(chunk);
+    let small = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let wide = w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Read, size: 40, count: 1 });
+    w.push(1, &Event::InvocationStart { index: 0, pc: 0x100, sp: 0x8000 }).expect("push");
+    let mut s = seed | 1;
+    let mut depth = 0u64;
+    for i in 0..reads {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        if s % 97 == 0 && depth < 5 {
+            depth += 1;
+            let sp = 0x8000 - 8 * depth;
+            w.push(1, &Event::Call { callsite: 0x100 + depth, target: 0x200 + (s >> 40) % 4 * 0x10, sp })
+                .expect("push");
+        } else if s % 89 == 0 && depth > 0 {
+            w.push(1, &Event::Return { sp: 0x8000 - 8 * depth + 8 }).expect("push");
+            depth -= 1;
+        }
+        let (site, addr) = match (s >> 59) % 4 {
+            0 => (wide, 0x10000 + (s >> 20) % (spread * 64)),
+            1 => (small, 0x10000 + (s >> 20) % (spread * 64)),
+            _ => (small, 0x40000 + (i * 8) % (spread * 32)),
+        };
+        w.push(1, &Event::Access { site, addr }).expect("push");
+    }
+    for i in 0..hot {
+        w.push(1, &Event::Access { site: small, addr: 0x90000 + (i % 8) * 64 }).expect("push");
+    }
+    for i in 0..hot {
+        w.push(1, &Event::Access { site: small, addr: 0x90000 + (i % 8) * 64 + 8 * (i % 7) }).expect("push");
+    }
+    w.finish(&Trailer::default()).expect("finish");
+    path
+}
+
+fn options(max_age: u32, snapshot_every: u64) -> DecodeOptions {
+    DecodeOptions { working_set: WorkingSetConfig { line_size: 64, max_age, max_rows: max_age }, snapshot_every }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// A cursor started at any column walks on exactly like a replay from
+    /// column 0.
+    #[test]
+    fn a_cursor_from_any_column_equals_a_straight_run(seed in any::<u64>(), starts in prop::collection::vec(0u64..3000, 1..5)) {
+        let path = trace(seed, 3000, 200, 400);
+        let model = Model::decode(&path, &options(30, 50), &mut |_| {}).expect("decode");
+        let mut straight = Vec::new();
+        let mut c = ColumnCursor::<SortedLines>::new(&model, 0).expect("cursor");
+        while let Some(read) = c.step(&mut |_: Departure| {}).expect("step") {
+            straight.push((read, c.set().lines().to_vec(), c.set().clock()));
+        }
+        prop_assert_eq!(straight.len() as u64, model.columns);
+        for start in starts {
+            let mut c = ColumnCursor::<SortedLines>::new(&model, start).expect("cursor");
+            for want in straight.iter().skip(start as usize).take(200) {
+                let read = c.step(&mut |_: Departure| {}).expect("step").expect("a column");
+                prop_assert_eq!(&(read, c.set().lines().to_vec(), c.set().clock()), want);
+            }
+        }
+    }
+
+    /// Spans: the occupancy of every row is exact; with no line entering or
+    /// leaving, so is every row's colour.
+    #[test]
+    fn spans_sum_the_cells_of_each_row(seed in any::<u64>(), cuts in prop::collection::vec(1u64..2999, 1..6)) {
+        let mut exact_spans = 0;
+        // 3000 mixed reads, then 1000 hits on 8 hot lines (first 8 of them
+        // misses), split anywhere.
+        let path = trace_with_hot_tail(seed, 2000, 60, 1 << 20, 500);
+        let model = Model::decode(&path, &options(24, 1 << 20), &mut |_| {}).expect("decode");
+        let config = model.working_set.config;
+        let mut edges: Vec<u64> = cuts;
+        edges.extend([2100, 2600, 2900]);
+        edges.push(model.columns);
+        edges.sort_unstable();
+        edges.dedup();
+        // Reference: every cell, from a sorted replay.
+        let mut cells: Vec<Vec<(usize, decoder::spans::CellMeans, u64)>> = Vec::new();
+        let mut inserted = Vec::new();
+        let mut c = ColumnCursor::<SortedLines>::new(&model, 0).expect("cursor");
+        while let Some(_read) = c.step(&mut |_: Departure| {}).expect("step") {
+            let set = c.set();
+            cells.push(set.lines().iter().enumerate().map(|(r, l)| (r, decoder::spans::CellMeans::of_line(l, set.age(l), &config, false), l.line)).collect());
+            inserted.push(set.clock());
+        }
+        let mut h = ColumnCursor::<HashedLines>::new(&model, 0).expect("cursor");
+        let mut acc = SpanAccumulator::new(h.set(), 0, |_, _| false);
+        let mut start = 0u64;
+        for &end in &edges {
+            while h.column() < end {
+                acc.begin_column(h.column());
+                h.step(&mut acc).expect("step");
+                acc.end_column(h.set().clock(), h.set().len(), |_, _| false);
+            }
+            let span = acc.close_span(h.set());
+            prop_assert_eq!((span.start, span.end), (start, end));
+            let width = (end - start) as f64;
+            let range = start as usize..end as usize;
+            for (r, row) in span.rows.iter().enumerate() {
+                let occupied = cells[range.clone()].iter().filter(|col| col.len() > r).count() as f64;
+                prop_assert!((row.occupancy - occupied / width).abs() < 1e-9, "row {} occupancy", r);
+            }
+            let height = cells[range.clone()].iter().map(Vec::len).max().unwrap_or(0);
+            prop_assert_eq!(span.rows.len(), height);
+            // The clock before the span vs at its end: no insertion means
+            // exact rows.
+            let clock_before = if start == 0 { 0 } else { inserted[start as usize - 1] };
+            if inserted[end as usize - 1] == clock_before {
+                exact_spans += 1;
+                for (r, row) in span.rows.iter().enumerate() {
+                    let mean = cells[range.clone()].iter().map(|col| col[r].1.fresh_bytes).sum::<f64>() / width;
+                    prop_assert!((row.means.fresh_bytes - mean).abs() < 1e-9, "row {} colour", r);
+                }
+            }
+            start = end;
+        }
+        prop_assert!(exact_spans >= 2, "the hot tail makes spans without insertions");
+    }
+}
+
+/// Level 0 of the summary built while decoding equals the spans a replay
+/// computes over the same blocks: one code path, two uses.
+#[test]
+fn the_summary_built_while_decoding_equals_spans_by_replay() {
+    let path = trace(7, 20_000, 300, 3000);
+    let model = Model::decode(&path, &options(64, 500), &mut |_| {}).expect("decode");
+    let level = &model.pyramid.levels[0];
+    let width = 1u64 << level.shift;
+    assert_eq!(level.blocks() as u64, model.columns.div_ceil(width));
+    let mut h = ColumnCursor::<HashedLines>::new(&model, 0).expect("cursor");
+    let mut acc = SpanAccumulator::new(h.set(), 0, |_, _| false);
+    for block in 0..level.blocks() {
+        let end = ((block as u64 + 1) * width).min(model.columns);
+        while h.column() < end {
+            acc.begin_column(h.column());
+            h.step(&mut acc).expect("step");
+            acc.end_column(h.set().clock(), h.set().len(), |_, _| false);
+        }
+        let span = acc.close_span(h.set());
+        let cells: Vec<SummaryCell> = span.rows.iter().map(SummaryCell::from_row).collect();
+        assert_eq!(level.block(block), &cells[..], "block {block}");
+    }
+}
+
+/// Zoomed out, the summary and the spans draw what the exact rasteriser
+/// draws, up to where rows are placed: every pixel column carries the
+/// same amount of colour, and the same rows are lit.
+#[test]
+fn zoomed_out_pictures_agree_with_the_exact_one() {
+    let path = trace(11, 60_000, 80, 1 << 20);
+    let model = Model::decode(&path, &options(64, 1000), &mut |_| {}).expect("decode");
+    let p = Palette::default();
+    let columns = model.columns as f64;
+    let view = BitmapView {
+        columns: (0.0, columns),
+        rows: (0.0, 64.0),
+        width: 12,
+        height: 64,
+        alpha: 1.0,
+        colour_by: ColourBy::BytesRead,
+    };
+    let exact = rasterize_exact(&model, &view, &p, &mut |_, _| true).expect("exact");
+    let spans = rasterize_from_spans(&model, &view, &p, &mut |_, _| true).expect("spans");
+    let summary = rasterize_from_summary(&model, &view, &p).expect("summary");
+    let column_mean = |img: &decoder::raster::Image, x: u32| -> [f64; 3] {
+        let mut m = [0.0; 3];
+        for y in 0..img.height {
+            let px = img.pixel(x, y);
+            for k in 0..3 {
+                m[k] += f64::from(px[k]) / f64::from(img.height);
+            }
+        }
+        m
+    };
+    for (name, img) in [("spans", &spans), ("summary", &summary)] {
+        for x in 0..view.width {
+            let (a, b) = (column_mean(&exact, x), column_mean(img, x));
+            let worst = (0..3).map(|k| (a[k] - b[k]).abs()).fold(0.0, f64::max);
+            assert!(worst <= 3.0, "{name}: pixel column {x} differs by {worst:.1}: {a:?} vs {b:?}");
+        }
+        let lit = |img: &decoder::raster::Image| {
+            (0..img.height).filter(|&y| img.pixel(0, y)[..3] != exact.pixel(0, img.height - 1)[..3]).count()
+        };
+        assert!(lit(img).abs_diff(lit(&exact)) <= 2, "{name}: rows lit {} vs {}", lit(img), lit(&exact));
+    }
+}
+
+/// Frames found by binary search are those a scan finds.
+#[test]
+fn frames_by_binary_search_equal_a_scan() {
+    let path = trace(5, 5000, 100, 1 << 20);
+    let model = Model::decode(&path, &options(32, 1000), &mut |_| {}).expect("decode");
+    let frames = &model.call_tree.frames;
+    assert!(frames.len() > 20, "{} frames", frames.len());
+    for (from, to) in [(0, 1), (0, model.columns), (17, 18), (1000, 1400), (4999, 5000), (2500, 2500)] {
+        let scan: Vec<&decoder::calltree::Frame> = frames
+            .iter()
+            .filter(|f| {
+                f.first_column < to && f.end_column > from
+                    || f.first_column == f.end_column && f.first_column >= from && f.first_column < to
+            })
+            .collect();
+        let found: Vec<&decoder::calltree::Frame> = model.call_tree.overlapping(from, to).collect();
+        assert_eq!(found, scan, "{from}..{to}");
+    }
+}

@@ -1,0 +1,1 @@
+//! The linetrace viewer (skeleton while the decoder is reshaped).
