@@ -82,6 +82,12 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
         &self.set
     }
 
+    /// The working set, for observers that keep sums in its line entries
+    /// ([`crate::spans::SpanAccumulator`]).
+    pub fn set_mut(&mut self) -> &mut WorkingSet<S> {
+        &mut self.set
+    }
+
     /// The frames rebuilt so far (with [`ColumnCursor::with_calls`]).
     pub fn calls(&self) -> Option<&CallTreeBuilder> {
         self.calls.as_ref()

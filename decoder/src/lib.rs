@@ -23,6 +23,7 @@
 pub mod allocations;
 pub mod calltree;
 pub mod cursor;
+mod decode;
 mod error;
 pub mod lines;
 pub mod model;

@@ -44,12 +44,18 @@ impl LineSize {
     /// that was read (empty, `lo == hi`, for a 0-byte access).
     #[inline]
     pub fn pieces(self, addr: u64, size: u64) -> Pieces {
+        let offset = addr & ((1u64 << self.shift) - 1);
+        if offset + size <= 1u64 << self.shift {
+            // Inside one line: the common case, without 128-bit arithmetic.
+            let (lo, hi) = (offset as u32, (offset + size) as u32);
+            return Pieces { single: Some((addr >> self.shift, lo, hi)), ..Pieces::EMPTY };
+        }
         let (first, last) = self.lines(addr, size);
         // In 128 bits, so that an access at the top of the address space
         // neither wraps nor loses its last byte.
         let start = u128::from(addr);
         let end = (start + u128::from(size)).min(u128::from(u64::MAX) + 1);
-        Pieces { shift: self.shift, line: first, last, start, end, done: false }
+        Pieces { shift: self.shift, line: first, last, start, end, done: false, single: None }
     }
 }
 
@@ -61,6 +67,12 @@ pub struct Pieces {
     start: u128,
     end: u128,
     done: bool,
+    /// The one piece of an access inside one line.
+    single: Option<(u64, u32, u32)>,
+}
+
+impl Pieces {
+    const EMPTY: Pieces = Pieces { shift: 0, line: 0, last: 0, start: 0, end: 0, done: true, single: None };
 }
 
 impl Iterator for Pieces {
@@ -68,6 +80,9 @@ impl Iterator for Pieces {
 
     #[inline]
     fn next(&mut self) -> Option<(u64, u32, u32)> {
+        if let Some(piece) = self.single.take() {
+            return Some(piece);
+        }
         if self.done {
             return None;
         }

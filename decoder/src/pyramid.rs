@@ -31,15 +31,17 @@ pub struct SummaryCell {
     pub tint: u8,
 }
 
+/// `0..1` to `0..=255`, rounded (adding one half: `f64::round` is a
+/// library call, and this runs for every summary cell).
 fn q8(v: f64) -> u8 {
-    (v.clamp(0.0, 1.0) * 255.0).round() as u8
+    (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8
 }
 
 impl SummaryCell {
     /// Quantizes a span row.
     pub fn from_row(r: &SpanRow) -> SummaryCell {
         SummaryCell {
-            occupancy: (r.occupancy.clamp(0.0, 1.0) * 65535.0).round() as u16,
+            occupancy: (r.occupancy.clamp(0.0, 1.0) * 65535.0 + 0.5) as u16,
             fresh: q8(r.means.fresh),
             fresh_bytes: q8(r.means.fresh_bytes),
             fresh_distinct: q8(r.means.fresh_distinct),

@@ -514,7 +514,7 @@ pub fn rasterize_from_spans(
     let start = edge(0);
     let mut cursor = ColumnCursor::<HashedLines>::new(model, start)?;
     let index = &model.allocation_index;
-    let mut spans = SpanAccumulator::new(cursor.set(), start, |lo, hi| {
+    let mut spans = SpanAccumulator::new(cursor.set_mut(), start, |lo, hi| {
         index.overlapping(&model.allocations, lo, hi, start).next().is_some()
     });
     for px in 0..view.width as usize {
@@ -525,12 +525,11 @@ pub fn rasterize_from_spans(
             if cursor.step(&mut spans)?.is_none() {
                 break;
             }
-            let set = cursor.set();
-            spans.end_column(set.clock(), set.len(), |lo, hi| {
+            spans.end_column(cursor.set_mut(), |lo, hi| {
                 index.overlapping(&model.allocations, lo, hi, column).next().is_some()
             });
         }
-        let span = spans.close_span(cursor.set());
+        let span = spans.close_span(cursor.set_mut());
         if span.end > span.start {
             grid.add_rows(px, &span.rows, (span.end - span.start) as f64, palette);
         }

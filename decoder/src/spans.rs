@@ -20,10 +20,7 @@
 //! there were misses in the span. Occupancy per row is exact (from a
 //! histogram of the set's size), so is every line's colour mass.
 
-use std::collections::HashMap;
-
 use crate::lines::LineSize;
-use crate::reuse::BuildLineHasher;
 use crate::working_set::{Departure, LineObserver, LineState, LineStore, WorkingSet, WorkingSetConfig};
 
 /// The colour terms of a cell, or the means of a group of cells.
@@ -74,30 +71,41 @@ pub struct Span {
     pub rows: Vec<SpanRow>,
 }
 
-/// Sums of one line over the current span.
-#[derive(Clone, Copy, Debug, Default)]
-struct LineSums {
+/// Running sums of one line over the span being summed. They live in the
+/// line's working-set entry, so following a line costs no lookup of its
+/// own. Integers: a line's age at a column is an integer, and so are its
+/// bytes; the division into means happens once per span.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LineSums {
     /// Settled up to this column (exclusive).
     since: u64,
-    /// Miss-clock prefix sum at `since`.
-    clock_sum_since: u128,
+    /// Miss-clock prefix sum at `since` (wrapping: only differences count).
+    clock_sum_since: u64,
     /// Whether the line is inside a recorded allocation (decided when it
     /// entered the set).
     tinted: bool,
-    columns: f64,
-    fresh: f64,
-    fresh_bytes: f64,
-    fresh_distinct: f64,
-    tinted_columns: f64,
+    columns: u64,
+    /// Sum of the line's age over its settled columns.
+    ages: u64,
+    /// Sum of age x bytes read (capped at the line size).
+    ages_bytes: u64,
+    /// Sum of age x distinct bytes read.
+    ages_distinct: u64,
+    tinted_columns: u64,
 }
 
 impl LineSums {
     fn add(&mut self, other: &LineSums) {
         self.columns += other.columns;
-        self.fresh += other.fresh;
-        self.fresh_bytes += other.fresh_bytes;
-        self.fresh_distinct += other.fresh_distinct;
+        self.ages += other.ages;
+        self.ages_bytes += other.ages_bytes;
+        self.ages_distinct += other.ages_distinct;
         self.tinted_columns += other.tinted_columns;
+    }
+
+    /// Starts over at `column`, keeping the tint.
+    fn restart(&mut self, column: u64, clock_sum: u64) {
+        *self = LineSums { since: column, clock_sum_since: clock_sum, tinted: self.tinted, ..LineSums::default() };
     }
 }
 
@@ -108,7 +116,6 @@ impl LineSums {
 pub struct SpanAccumulator {
     config: WorkingSetConfig,
     line_size: LineSize,
-    lines: HashMap<u64, LineSums, BuildLineHasher>,
     /// Lines that entered the set in the current column: whether they are
     /// inside an allocation is asked at the column's end.
     entered: Vec<u64>,
@@ -116,42 +123,46 @@ pub struct SpanAccumulator {
     departed: Vec<(u64, LineSums)>,
     /// Columns of the span by set size after the read.
     sizes: Vec<u64>,
+    /// Buffers of `close_span`, kept between spans.
+    present: Vec<(u64, u32)>,
+    present_sums: Vec<LineSums>,
+    mass: Vec<LineSums>,
     span_start: u64,
     column: u64,
-    /// Sum of the miss clock over columns before `column`.
-    clock_sum: u128,
+    /// Sum of the miss clock over columns before `column` (wrapping).
+    clock_sum: u64,
 }
 
 impl SpanAccumulator {
     /// An accumulator whose first span starts at `column`, for `set` in the
-    /// state it has before that column. `tint(lo, hi)` says whether the
-    /// line of addresses `[lo, hi)` is inside a recorded allocation.
+    /// state it has before that column (its lines' sums are reset).
+    /// `tint(lo, hi)` says whether the line of addresses `[lo, hi)` is
+    /// inside a recorded allocation.
     pub fn new<S: LineStore>(
-        set: &WorkingSet<S>,
+        set: &mut WorkingSet<S>,
         column: u64,
         mut tint: impl FnMut(u64, u64) -> bool,
     ) -> SpanAccumulator {
         let config = *set.config();
         let line_size = LineSize::new(config.line_size);
-        let mut acc = SpanAccumulator {
+        set.for_each_line_mut(|l| {
+            let start = line_size.start_of(l.line);
+            let tinted = tint(start, start.saturating_add(u64::from(line_size.bytes())));
+            l.spans = LineSums { since: column, tinted, ..LineSums::default() };
+        });
+        SpanAccumulator {
             config,
             line_size,
-            lines: HashMap::default(),
             entered: Vec::new(),
             departed: Vec::new(),
             sizes: Vec::new(),
+            present: Vec::new(),
+            present_sums: Vec::new(),
+            mass: Vec::new(),
             span_start: column,
             column,
             clock_sum: 0,
-        };
-        let mut present = Vec::new();
-        set.for_each_line(|l| present.push(l.line));
-        for line in present {
-            let start = line_size.start_of(line);
-            let tinted = tint(start, start.saturating_add(u64::from(line_size.bytes())));
-            acc.lines.insert(line, LineSums { since: column, tinted, ..LineSums::default() });
         }
-        acc
     }
 
     /// The column about to be read.
@@ -165,14 +176,19 @@ impl SpanAccumulator {
     /// line of addresses `[lo, hi)` is inside a recorded allocation (asked
     /// for lines that just entered the set).
     #[inline]
-    pub fn end_column(&mut self, clock: u64, len: usize, mut tint: impl FnMut(u64, u64) -> bool) {
-        for line in self.entered.drain(..) {
-            if let Some(sums) = self.lines.get_mut(&line) {
+    pub fn end_column<S: LineStore>(&mut self, set: &mut WorkingSet<S>, mut tint: impl FnMut(u64, u64) -> bool) {
+        if !self.entered.is_empty() {
+            for &line in &self.entered {
                 let start = self.line_size.start_of(line);
-                sums.tinted = tint(start, start.saturating_add(u64::from(self.line_size.bytes())));
+                let tinted = tint(start, start.saturating_add(u64::from(self.line_size.bytes())));
+                if let Some(l) = set.get_mut(line) {
+                    l.spans.tinted = tinted;
+                }
             }
+            self.entered.clear();
         }
-        self.clock_sum += u128::from(clock);
+        self.clock_sum = self.clock_sum.wrapping_add(set.clock());
+        let len = set.len();
         if self.sizes.len() <= len {
             self.sizes.resize(len + 1, 0);
         }
@@ -180,55 +196,56 @@ impl SpanAccumulator {
         self.column += 1;
     }
 
-    /// Settles `sums` (the line in `state`) up to the current column.
+    /// Settles the sums of `state` up to the current column.
     #[inline]
-    fn settle(config: &WorkingSetConfig, sums: &mut LineSums, state: &LineState, column: u64, clock_sum: u128) {
-        let n = column.saturating_sub(sums.since);
+    fn settle(&self, state: &mut LineState) {
+        let sums = &mut state.spans;
+        let n = self.column.saturating_sub(sums.since);
         if n == 0 {
             return;
         }
-        let clocks = (clock_sum - sums.clock_sum_since) as f64;
-        let max_age = f64::from(config.max_age.max(1));
+        let clocks = self.clock_sum.wrapping_sub(sums.clock_sum_since);
         // Age at a column is max_age - (clock - last_touch): summed, the
         // clock's sum over the columns is what varies.
-        let ages = n as f64 * (max_age + state.last_touch as f64) - clocks;
-        let fresh = (ages / max_age).max(0.0);
-        let line = f64::from(config.line_size.max(1));
-        sums.columns += n as f64;
-        sums.fresh += fresh;
-        sums.fresh_bytes += fresh * (f64::from(state.bytes_read) / line).min(1.0);
-        sums.fresh_distinct += fresh * (f64::from(state.distinct_bytes()) / line).min(1.0);
+        let ages = (n * (u64::from(self.config.max_age) + state.last_touch)).saturating_sub(clocks);
+        let line = u64::from(self.config.line_size);
+        sums.columns += n;
+        sums.ages += ages;
+        sums.ages_bytes += ages * u64::from(state.bytes_read).min(line);
+        sums.ages_distinct += ages * u64::from(state.touched.count_ones());
         if sums.tinted {
-            sums.tinted_columns += n as f64;
+            sums.tinted_columns += n;
         }
-        sums.since = column;
-        sums.clock_sum_since = clock_sum;
+        sums.since = self.column;
+        sums.clock_sum_since = self.clock_sum;
     }
 
     /// Ends the span at the current column (exclusive) and starts the next.
     /// `set` is the set the accumulator follows, as it is now.
-    pub fn close_span<S: LineStore>(&mut self, set: &WorkingSet<S>) -> Span {
+    pub fn close_span<S: LineStore>(&mut self, set: &mut WorkingSet<S>) -> Span {
         let (column, clock_sum) = (self.column, self.clock_sum);
-        let mut present: Vec<(u64, LineSums)> = Vec::with_capacity(set.len());
-        let (config, lines) = (&self.config, &mut self.lines);
-        set.for_each_line(|state| {
-            if let Some(sums) = lines.get_mut(&state.line) {
-                Self::settle(config, sums, state, column, clock_sum);
-                present.push((state.line, *sums));
-                *sums =
-                    LineSums { since: column, clock_sum_since: clock_sum, tinted: sums.tinted, ..LineSums::default() };
-            }
+        // Rows are ranks by address: sort (line, slot) keys, not the sums.
+        let (mut present, mut sums, mut mass) =
+            (std::mem::take(&mut self.present), std::mem::take(&mut self.present_sums), std::mem::take(&mut self.mass));
+        present.clear();
+        sums.clear();
+        set.for_each_line_mut(|state| {
+            self.settle(state);
+            present.push((state.line, sums.len() as u32));
+            sums.push(state.spans);
+            state.spans.restart(column, clock_sum);
         });
         present.sort_unstable_by_key(|&(line, _)| line);
         let height = self.sizes.len().saturating_sub(1).max(present.len());
-        let mut mass = vec![LineSums::default(); height];
-        for (i, (_, sums)) in present.iter().enumerate() {
-            mass[i].add(sums);
+        mass.clear();
+        mass.resize(height, LineSums::default());
+        for (i, &(_, slot)) in present.iter().enumerate() {
+            mass[i].add(&sums[slot as usize]);
         }
-        for (line, sums) in self.departed.drain(..) {
+        for (line, line_sums) in self.departed.drain(..) {
             let row = present.partition_point(|&(l, _)| l < line).min(height.saturating_sub(1));
             if let Some(m) = mass.get_mut(row) {
-                m.add(&sums);
+                m.add(&line_sums);
             }
         }
         let span_columns = (column - self.span_start).max(1) as f64;
@@ -239,14 +256,17 @@ impl SpanAccumulator {
             above += self.sizes.get(r + 1).copied().unwrap_or(0);
             rows[r].occupancy = above as f64 / span_columns;
         }
+        let max_age = f64::from(self.config.max_age.max(1));
+        let line = f64::from(self.config.line_size.max(1));
         let mut last_means = None;
         for (row, m) in rows.iter_mut().zip(&mass) {
-            if m.columns > 0.0 {
+            if m.columns > 0 {
+                let cells = m.columns as f64;
                 let means = CellMeans {
-                    fresh: m.fresh / m.columns,
-                    fresh_bytes: m.fresh_bytes / m.columns,
-                    fresh_distinct: m.fresh_distinct / m.columns,
-                    tint: m.tinted_columns / m.columns,
+                    fresh: m.ages as f64 / max_age / cells,
+                    fresh_bytes: m.ages_bytes as f64 / (max_age * line) / cells,
+                    fresh_distinct: m.ages_distinct as f64 / (max_age * line) / cells,
+                    tint: m.tinted_columns as f64 / cells,
                 };
                 row.means = means;
                 last_means = Some(means);
@@ -255,7 +275,7 @@ impl SpanAccumulator {
             }
         }
         // Occupied rows before the first with mass take the first's colour.
-        if let Some(first) = mass.iter().position(|m| m.columns > 0.0) {
+        if let Some(first) = mass.iter().position(|m| m.columns > 0) {
             let means = rows[first].means;
             for row in &mut rows[..first] {
                 row.means = means;
@@ -264,34 +284,29 @@ impl SpanAccumulator {
         let span = Span { start: self.span_start, end: column, rows };
         self.sizes.clear();
         self.span_start = column;
+        (self.present, self.present_sums, self.mass) = (present, sums, mass);
         span
     }
 }
 
 impl LineObserver for SpanAccumulator {
     #[inline]
-    fn before_touch(&mut self, state: &LineState) {
-        if let Some(sums) = self.lines.get_mut(&state.line) {
-            Self::settle(&self.config, sums, state, self.column, self.clock_sum);
-        }
+    fn before_touch(&mut self, state: &mut LineState) {
+        self.settle(state);
     }
 
     #[inline]
-    fn inserted(&mut self, state: &LineState) {
-        self.lines.insert(
-            state.line,
-            LineSums { since: self.column, clock_sum_since: self.clock_sum, ..LineSums::default() },
-        );
+    fn inserted(&mut self, state: &mut LineState) {
+        state.spans = LineSums { since: self.column, clock_sum_since: self.clock_sum, ..LineSums::default() };
         self.entered.push(state.line);
     }
 
     #[inline]
     fn departed(&mut self, departure: Departure) {
-        if let Some(mut sums) = self.lines.remove(&departure.state.line) {
-            Self::settle(&self.config, &mut sums, &departure.state, self.column, self.clock_sum);
-            if sums.columns > 0.0 {
-                self.departed.push((departure.state.line, sums));
-            }
+        let mut state = departure.state;
+        self.settle(&mut state);
+        if state.spans.columns > 0 {
+            self.departed.push((state.line, state.spans));
         }
     }
 }

@@ -28,6 +28,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::lines::{LineSize, byte_mask};
 use crate::reuse::BuildLineHasher;
+use crate::spans::LineSums;
 
 /// Configuration of the working set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +78,9 @@ pub struct LineState {
     pub bytes_read: u32,
     /// Which bytes of the line were read (bit i: byte i).
     pub touched: u128,
+    /// Running sums of the span being summed ([`crate::spans`]); not part
+    /// of the set's state (snapshots carry them zeroed).
+    pub spans: LineSums,
 }
 
 impl LineState {
@@ -100,12 +104,12 @@ pub trait LineObserver {
     /// A line already in the set is about to be touched; `state` is its
     /// state before the touch.
     #[inline]
-    fn before_touch(&mut self, state: &LineState) {
+    fn before_touch(&mut self, state: &mut LineState) {
         let _ = state;
     }
     /// A line entered the set with `state`.
     #[inline]
-    fn inserted(&mut self, state: &LineState) {
+    fn inserted(&mut self, state: &mut LineState) {
         let _ = state;
     }
     /// A line left the set.
@@ -148,6 +152,8 @@ pub trait LineStore: Default {
     fn take_all(&mut self) -> Vec<LineState>;
     /// Visits every line, in no particular order.
     fn for_each(&self, visit: impl FnMut(&LineState));
+    /// Visits every line mutably, in no particular order.
+    fn for_each_mut(&mut self, visit: impl FnMut(&mut LineState));
 }
 
 /// Lines in a vector kept in address order: rows for drawing.
@@ -181,6 +187,9 @@ impl LineStore for SortedLines {
     fn for_each(&self, visit: impl FnMut(&LineState)) {
         self.0.iter().for_each(visit)
     }
+    fn for_each_mut(&mut self, visit: impl FnMut(&mut LineState)) {
+        self.0.iter_mut().for_each(visit)
+    }
 }
 
 /// Lines in a hash map: no order, O(1) updates.
@@ -211,6 +220,9 @@ impl LineStore for HashedLines {
     }
     fn for_each(&self, visit: impl FnMut(&LineState)) {
         self.0.values().for_each(visit)
+    }
+    fn for_each_mut(&mut self, visit: impl FnMut(&mut LineState)) {
+        self.0.values_mut().for_each(visit)
     }
 }
 
@@ -274,9 +286,18 @@ impl<S: LineStore> WorkingSet<S> {
         self.store.is_empty()
     }
 
-    /// Every line, in address order.
+    /// The state of `line`, if present.
+    pub fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
+        self.store.get_mut(line)
+    }
+
+    /// Every line, in address order, without span sums.
     pub fn snapshot(&self) -> Vec<LineState> {
-        self.store.sorted()
+        let mut lines = self.store.sorted();
+        for l in &mut lines {
+            l.spans = LineSums::default();
+        }
+        lines
     }
 
     /// The miss clock: insertions so far.
@@ -307,6 +328,11 @@ impl<S: LineStore> WorkingSet<S> {
         self.store.for_each(visit)
     }
 
+    /// Visits every line mutably (for its span sums), in no particular order.
+    pub fn for_each_line_mut(&mut self, visit: impl FnMut(&mut LineState)) {
+        self.store.for_each_mut(visit)
+    }
+
     #[inline]
     fn touch(&mut self, line: u64, bytes: u32, mask: u128, effect: &mut ReadEffect, observer: &mut impl LineObserver) {
         if let Some(l) = self.store.get_mut(line) {
@@ -324,11 +350,18 @@ impl<S: LineStore> WorkingSet<S> {
         }
         self.clock += 1;
         self.seq += 1;
-        let state = LineState { line, last_touch: self.clock, seq: self.seq, bytes_read: bytes, touched: mask };
+        let mut state = LineState {
+            line,
+            last_touch: self.clock,
+            seq: self.seq,
+            bytes_read: bytes,
+            touched: mask,
+            spans: LineSums::default(),
+        };
+        observer.inserted(&mut state);
         self.store.insert(state);
         self.lru.push_back((self.seq, line));
         effect.inserted += 1;
-        observer.inserted(&state);
         self.expire(observer);
     }
 

@@ -109,15 +109,15 @@ proptest! {
             inserted.push(set.clock());
         }
         let mut h = ColumnCursor::<HashedLines>::new(&model, 0).expect("cursor");
-        let mut acc = SpanAccumulator::new(h.set(), 0, |_, _| false);
+        let mut acc = SpanAccumulator::new(h.set_mut(), 0, |_, _| false);
         let mut start = 0u64;
         for &end in &edges {
             while h.column() < end {
                 acc.begin_column(h.column());
                 h.step(&mut acc).expect("step");
-                acc.end_column(h.set().clock(), h.set().len(), |_, _| false);
+                acc.end_column(h.set_mut(), |_, _| false);
             }
-            let span = acc.close_span(h.set());
+            let span = acc.close_span(h.set_mut());
             prop_assert_eq!((span.start, span.end), (start, end));
             let width = (end - start) as f64;
             let range = start as usize..end as usize;
@@ -153,15 +153,15 @@ fn the_summary_built_while_decoding_equals_spans_by_replay() {
     let width = 1u64 << level.shift;
     assert_eq!(level.blocks() as u64, model.columns.div_ceil(width));
     let mut h = ColumnCursor::<HashedLines>::new(&model, 0).expect("cursor");
-    let mut acc = SpanAccumulator::new(h.set(), 0, |_, _| false);
+    let mut acc = SpanAccumulator::new(h.set_mut(), 0, |_, _| false);
     for block in 0..level.blocks() {
         let end = ((block as u64 + 1) * width).min(model.columns);
         while h.column() < end {
             acc.begin_column(h.column());
             h.step(&mut acc).expect("step");
-            acc.end_column(h.set().clock(), h.set().len(), |_, _| false);
+            acc.end_column(h.set_mut(), |_, _| false);
         }
-        let span = acc.close_span(h.set());
+        let span = acc.close_span(h.set_mut());
         let cells: Vec<SummaryCell> = span.rows.iter().map(SummaryCell::from_row).collect();
         assert_eq!(level.block(block), &cells[..], "block {block}");
     }

@@ -1,0 +1,516 @@
+//! The decoding pass: one streaming read of a trace into a [`Model`], on
+//! two threads.
+//!
+//! - The *event* stage (the calling thread) reads and decompresses chunks,
+//!   decodes events, and keeps what needs the events themselves: the call
+//!   tree, per-site and per-thread counts, reuse distances, allocations.
+//! - The *working-set* stage (its own thread) keeps the working set: fetch
+//!   statistics, the bitmap summary ([`crate::spans`], [`crate::pyramid`])
+//!   and the lines of every snapshot. The event stage sends it the reads in
+//!   order, in batches, with allocation and snapshot markers between them.
+//!
+//! The two halves cost about the same, so on two cores the pass runs at
+//! nearly twice the speed of one thread; on one core it is one thread's
+//! speed plus the batching, which is small.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+
+use trace_rt::format::{AllocKind, ChunkPosition, Event, TraceEnd, TraceReader};
+
+use crate::DecodeError;
+use crate::allocations::{AllocationIndex, AllocationRecord};
+use crate::calltree::{CallTreeBuilder, OpenStack, apply_control};
+use crate::lines::LineSize;
+use crate::model::{
+    Access, DecodeOptions, MAX_SNAPSHOTS, Metrics, Model, SiteCounts, Snapshot, WorkingSetIndex, access_of,
+};
+use crate::pyramid::{BitmapPyramid, PyramidBuilder};
+use crate::reuse::ReuseDistance;
+use crate::spans::SpanAccumulator;
+use crate::totals::Totals;
+use crate::working_set::{Departure, FastWorkingSet, LineObserver, LineState, WorkingSetConfig};
+
+/// Operations per batch sent to the working-set stage.
+const BATCH: usize = 1 << 13;
+/// Batches in flight: enough to ride out a slow chunk, little memory.
+const BATCHES_IN_FLIGHT: usize = 8;
+
+/// Decodes the trace at `path` (see [`Model::decode`]).
+pub(crate) fn decode(
+    path: &Path,
+    options: &DecodeOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Model, DecodeError> {
+    options.working_set.validate().map_err(DecodeError::InvalidSetting)?;
+    let reader = TraceReader::open(path)?;
+    let (sender, receiver) = sync_channel::<Vec<SetOp>>(BATCHES_IN_FLIGHT);
+    let config = options.working_set;
+    let stage = std::thread::Builder::new()
+        .name("linetrace-working-set".into())
+        .spawn(move || working_set_stage(config, receiver))
+        .map_err(|e| DecodeError::Corrupt(format!("cannot start the decoding thread: {e}")))?;
+    let mut events = EventStage::new(*options, SetStage { sender, batch: Vec::with_capacity(BATCH) });
+    let outcome = events.run(reader, progress);
+    // Closing the channel ends the working-set stage.
+    let set_stage = std::mem::replace(&mut events.set, SetStage::closed());
+    let sent = set_stage.finish();
+    let set = stage.join().map_err(|_| DecodeError::Corrupt("the decoding thread failed".into()))?;
+    let (reader, end) = outcome?;
+    sent.map_err(|_| DecodeError::Corrupt("the decoding thread stopped early".into()))?;
+    let columns = events.column;
+    let mut metrics = events.metrics;
+    metrics.line_fetches = set.fetches.count;
+    if set.fetches.count > 0 {
+        metrics.mean_bytes_read_per_fetch = set.fetches.bytes as f64 / set.fetches.count as f64;
+        metrics.mean_distinct_bytes_per_fetch = set.fetches.distinct as f64 / set.fetches.count as f64;
+        metrics.utilisation = metrics.mean_distinct_bytes_per_fetch / f64::from(config.line_size);
+    }
+    metrics.max_rows = set.max_rows;
+    let mut threads = BTreeMap::new();
+    let mut total = Totals::default();
+    for (slot, ThreadState { tid, mut totals }) in std::mem::take(&mut events.threads).into_iter().enumerate() {
+        totals.unique_lines = events.reuse.distinct_lines_of(slot);
+        total.add(&totals);
+        threads.insert(tid, totals);
+    }
+    total.unique_lines = events.reuse.distinct_lines();
+    metrics.reuse = events.reuse.histogram().clone();
+    // Snapshots: where (event stage) joined with what (working-set stage).
+    let snapshots: Vec<Snapshot> = events
+        .snapshots
+        .iter()
+        .zip(set.snapshot_sets)
+        .map(|(at, (clock, lines))| Snapshot {
+            column: at.column,
+            chunk: at.chunk,
+            clock,
+            lines,
+            stacks: at.stacks.clone(),
+        })
+        .collect();
+    let allocation_index = AllocationIndex::new(&events.allocations);
+    Ok(Model {
+        trace_path: path.to_path_buf(),
+        metadata: reader.metadata().clone(),
+        end,
+        damage: reader.damage().to_vec(),
+        exec: events.exec.and_then(|id| reader.strings().get(id as usize).cloned()),
+        sites: reader.sites().to_vec(),
+        modules: reader.modules().to_vec(),
+        site_counts: events.site_counts,
+        columns,
+        call_tree: std::mem::take(&mut events.calls).finish(columns),
+        allocations: events.allocations,
+        allocation_index,
+        metrics,
+        working_set: WorkingSetIndex { config, snapshots, columns },
+        pyramid: set.pyramid,
+        threads,
+        total,
+    })
+}
+
+/// What the event stage tells the working-set stage, in column order.
+enum SetOp {
+    /// The next column's read.
+    Read { addr: u64, size: u64 },
+    /// A block became live (for the allocation tint).
+    Alloc { start: u64, end: u64 },
+    /// The live block at `start` ended.
+    Free { start: u64 },
+    /// Record the set's state here (a snapshot the event stage keeps).
+    Snapshot,
+    /// Drop every other recorded snapshot, keeping the first.
+    ThinSnapshots,
+}
+
+/// The sending end of the working-set stage, batching operations.
+struct SetStage {
+    sender: SyncSender<Vec<SetOp>>,
+    batch: Vec<SetOp>,
+}
+
+impl SetStage {
+    /// A stage that sends nowhere (after [`SetStage::finish`]).
+    fn closed() -> SetStage {
+        let (sender, _) = sync_channel(0);
+        SetStage { sender, batch: Vec::new() }
+    }
+
+    #[inline]
+    fn send(&mut self, op: SetOp) {
+        self.batch.push(op);
+        if self.batch.len() >= BATCH {
+            let full = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+            // A closed channel means the stage died; `finish` reports it.
+            let _ = self.sender.send(full);
+        }
+    }
+
+    /// Sends what is left; an error if the stage is gone.
+    fn finish(mut self) -> Result<(), ()> {
+        let rest = std::mem::take(&mut self.batch);
+        if rest.is_empty() { Ok(()) } else { self.sender.send(rest).map_err(|_| ()) }
+    }
+}
+
+/// What the working-set stage hands back.
+struct SetResults {
+    fetches: FetchStats,
+    max_rows: u32,
+    pyramid: BitmapPyramid,
+    /// (clock, lines) of each snapshot the event stage kept, in order.
+    snapshot_sets: Vec<(u64, Vec<LineState>)>,
+}
+
+/// Fetch statistics: lines that left the set.
+#[derive(Clone, Copy, Default)]
+struct FetchStats {
+    count: u64,
+    bytes: u64,
+    distinct: u64,
+}
+
+impl FetchStats {
+    fn departed(&mut self, d: Departure) {
+        self.count += 1;
+        self.bytes += u64::from(d.state.bytes_read);
+        self.distinct += u64::from(d.state.distinct_bytes());
+    }
+}
+
+/// What the working-set stage listens to when a read changes the set:
+/// fetch statistics and the bitmap summary.
+struct SetObserver<'a> {
+    fetches: &'a mut FetchStats,
+    spans: &'a mut SpanAccumulator,
+}
+
+impl LineObserver for SetObserver<'_> {
+    #[inline]
+    fn before_touch(&mut self, state: &mut LineState) {
+        self.spans.before_touch(state);
+    }
+    #[inline]
+    fn inserted(&mut self, state: &mut LineState) {
+        self.spans.inserted(state);
+    }
+    #[inline]
+    fn departed(&mut self, d: Departure) {
+        self.fetches.departed(d);
+        self.spans.departed(d);
+    }
+}
+
+/// Live blocks by start address -> end, for the allocation tint. Live heap
+/// blocks do not overlap each other, so the few starting last before an
+/// address decide (a few, not one: a program's own mappings can contain
+/// blocks).
+#[derive(Default)]
+struct LiveBlocks(BTreeMap<u64, u64>);
+
+impl LiveBlocks {
+    fn overlaps(&self, lo: u64, hi: u64) -> bool {
+        self.0.range(..hi).rev().take(4).any(|(_, &end)| end > lo)
+    }
+}
+
+/// The working-set stage: applies the reads in order.
+fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Vec<SetOp>>) -> SetResults {
+    let mut set = FastWorkingSet::new(config);
+    let mut spans = SpanAccumulator::new(&mut set, 0, |_, _| false);
+    let mut pyramid = PyramidBuilder::default();
+    let mut next_block = pyramid.block_width();
+    let mut live = LiveBlocks::default();
+    let mut fetches = FetchStats::default();
+    let mut max_rows = 0u32;
+    let mut snapshot_sets = Vec::new();
+    let mut column = 0u64;
+    for batch in receiver {
+        for op in batch {
+            match op {
+                SetOp::Read { addr, size } => {
+                    if column == next_block {
+                        pyramid.push(&spans.close_span(&mut set));
+                        next_block += pyramid.block_width();
+                    }
+                    spans.begin_column(column);
+                    set.read(addr, size, &mut SetObserver { fetches: &mut fetches, spans: &mut spans });
+                    spans.end_column(&mut set, |lo, hi| live.overlaps(lo, hi));
+                    max_rows = max_rows.max(set.len() as u32);
+                    column += 1;
+                }
+                SetOp::Alloc { start, end } => {
+                    live.0.insert(start, end);
+                }
+                SetOp::Free { start } => {
+                    live.0.remove(&start);
+                }
+                SetOp::Snapshot => snapshot_sets.push((set.clock(), set.snapshot())),
+                SetOp::ThinSnapshots => {
+                    let mut i = 0;
+                    snapshot_sets.retain(|_| {
+                        i += 1;
+                        i % 2 == 1
+                    });
+                }
+            }
+        }
+    }
+    if column > next_block - pyramid.block_width() {
+        pyramid.push(&spans.close_span(&mut set));
+    }
+    // Lines still in the set at the end count as fetches too.
+    set.drain(|d| fetches.departed(d));
+    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets }
+}
+
+/// Per-thread counts of the decoding pass.
+struct ThreadState {
+    tid: u32,
+    totals: Totals,
+}
+
+/// Where a snapshot was taken: its state is the working-set stage's.
+struct SnapshotPlace {
+    column: u64,
+    chunk: ChunkPosition,
+    stacks: Vec<OpenStack>,
+}
+
+/// The event stage.
+struct EventStage {
+    column: u64,
+    set: SetStage,
+    reuse: ReuseDistance,
+    threads: Vec<ThreadState>,
+    /// Index in `threads` of the last event's thread.
+    current: usize,
+    line_size: LineSize,
+    calls: CallTreeBuilder,
+    site_counts: Vec<SiteCounts>,
+    metrics: Metrics,
+    allocations: Vec<AllocationRecord>,
+    /// Live blocks by start address -> index in `allocations`.
+    live: BTreeMap<u64, usize>,
+    last_block: Option<usize>,
+    snapshots: Vec<SnapshotPlace>,
+    snapshot_every: u64,
+    chunk_serial: u64,
+    /// String id of the program exec'd into.
+    exec: Option<u32>,
+}
+
+impl EventStage {
+    fn new(options: DecodeOptions, set: SetStage) -> Self {
+        EventStage {
+            column: 0,
+            set,
+            reuse: ReuseDistance::new(),
+            threads: Vec::new(),
+            current: 0,
+            line_size: LineSize::new(options.working_set.line_size),
+            calls: CallTreeBuilder::new(),
+            site_counts: Vec::new(),
+            metrics: Metrics::default(),
+            allocations: Vec::new(),
+            live: BTreeMap::new(),
+            last_block: None,
+            snapshots: Vec::new(),
+            snapshot_every: options.snapshot_every.max(1),
+            chunk_serial: 0,
+            exec: None,
+        }
+    }
+
+    fn run<R: std::io::Read>(
+        &mut self,
+        mut reader: TraceReader<R>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(TraceReader<R>, TraceEnd), DecodeError> {
+        let mut since_progress = 0u32;
+        while let Some(rec) = reader.next_record()? {
+            if reader.chunk_serial() != self.chunk_serial {
+                self.chunk_serial = reader.chunk_serial();
+                self.maybe_snapshot(reader.chunk_position());
+                progress(reader.bytes_read());
+            }
+            since_progress += 1;
+            if since_progress == 1 << 20 {
+                since_progress = 0;
+                progress(reader.bytes_read());
+            }
+            let thread = rec.thread;
+            let t = self.thread_slot(thread);
+            if let Some(a) = access_of(&rec.event, reader.sites())? {
+                self.access(thread, t, a);
+                continue;
+            }
+            if apply_control(&mut self.calls, thread, &rec.event, self.column) {
+                if let Event::InvocationStart { .. } = rec.event {
+                    self.threads[t].totals.invocations += 1;
+                }
+                continue;
+            }
+            let totals = &mut self.threads[t].totals;
+            match rec.event {
+                Event::Alloc(a) => {
+                    totals.allocations += 1;
+                    self.allocation(thread, &a);
+                }
+                Event::Stepped { count } => totals.instructions += count,
+                Event::Signal { .. } => totals.signals += 1,
+                Event::InvocationSkipped { .. } => totals.skipped_invocations += 1,
+                Event::Exec { path } => self.exec = Some(path),
+                _ => {}
+            }
+        }
+        progress(reader.bytes_read());
+        let end = reader.end().cloned().unwrap_or(TraceEnd::Cut { valid_bytes: reader.bytes_read(), mid_chunk: false });
+        Ok((reader, end))
+    }
+
+    fn maybe_snapshot(&mut self, chunk: ChunkPosition) {
+        let due = self.snapshots.last().is_none_or(|s| self.column - s.column >= self.snapshot_every);
+        if !due {
+            return;
+        }
+        if self.snapshots.len() >= MAX_SNAPSHOTS {
+            // Keep every other snapshot; the first (column 0) always stays.
+            let mut i = 0;
+            self.snapshots.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.set.send(SetOp::ThinSnapshots);
+            self.snapshot_every *= 2;
+        }
+        self.snapshots.push(SnapshotPlace { column: self.column, chunk, stacks: self.calls.open_stacks() });
+        self.set.send(SetOp::Snapshot);
+    }
+
+    #[inline]
+    fn thread_slot(&mut self, tid: u32) -> usize {
+        if self.threads.get(self.current).is_some_and(|t| t.tid == tid) {
+            return self.current;
+        }
+        self.current = match self.threads.iter().position(|t| t.tid == tid) {
+            Some(i) => i,
+            None => {
+                self.threads.push(ThreadState { tid, totals: Totals::default() });
+                self.threads.len() - 1
+            }
+        };
+        self.current
+    }
+
+    #[inline]
+    fn access(&mut self, thread: u32, t: usize, a: Access) {
+        let site = a.site as usize;
+        if site >= self.site_counts.len() {
+            self.site_counts.resize(site + 1, SiteCounts::default());
+        }
+        let block = self.block_of(a.addr);
+        let counts = &mut self.site_counts[site];
+        let state = &mut self.threads[t];
+        if a.writes {
+            counts.writes += 1;
+            state.totals.writes += 1;
+            state.totals.bytes_written += a.size;
+            self.calls.write(thread);
+            if let Some(b) = block {
+                self.allocations[b].writes += 1;
+            }
+        }
+        let (first, last) = self.line_size.lines(a.addr, a.size);
+        if a.reads {
+            counts.reads += 1;
+            counts.bytes_read += a.size;
+            state.totals.reads += 1;
+            state.totals.bytes_read += a.size;
+            self.calls.read(thread);
+            if let Some(b) = block {
+                self.allocations[b].reads += 1;
+            }
+            self.set.send(SetOp::Read { addr: a.addr, size: a.size });
+            for line in first..=last {
+                self.reuse.access(line, t);
+            }
+            self.column += 1;
+        }
+        if a.writes {
+            for line in first..=last {
+                self.reuse.write(line, t);
+            }
+        }
+    }
+
+    /// The live block containing `addr`, if any (the last hit is cached:
+    /// loops hit the same block again and again).
+    #[inline]
+    fn block_of(&mut self, addr: u64) -> Option<usize> {
+        if self.live.is_empty() {
+            return None;
+        }
+        if let Some(b) = self.last_block {
+            let r = &self.allocations[b];
+            if r.free_column.is_none() && r.contains(addr) {
+                return Some(b);
+            }
+        }
+        let (_, &b) = self.live.range(..=addr).next_back()?;
+        let r = &self.allocations[b];
+        r.contains(addr).then(|| {
+            self.last_block = Some(b);
+            b
+        })
+    }
+
+    fn allocation(&mut self, thread: u32, a: &trace_rt::format::Allocation) {
+        let release = |this: &mut Self, ptr: u64| {
+            if ptr == 0 {
+                return;
+            }
+            match this.live.remove(&ptr) {
+                Some(i) => {
+                    this.allocations[i].free_column = Some(this.column);
+                    this.set.send(SetOp::Free { start: ptr });
+                }
+                None => this.metrics.foreign_frees += 1,
+            }
+            this.last_block = None;
+        };
+        match a.kind {
+            AllocKind::Free | AllocKind::Munmap => {
+                release(self, a.ptr_in);
+                return;
+            }
+            AllocKind::Realloc => release(self, a.ptr_in),
+            _ => {}
+        }
+        if a.ptr_out == 0 {
+            return;
+        }
+        let index = self.allocations.len();
+        let record = AllocationRecord {
+            kind: a.kind,
+            address: a.ptr_out,
+            size: a.size,
+            align: a.align,
+            callsite: a.callsite,
+            alloc_column: self.column,
+            free_column: None,
+            thread,
+            reads: 0,
+            writes: 0,
+        };
+        self.set.send(SetOp::Alloc { start: record.address, end: record.end() });
+        self.allocations.push(record);
+        if let Some(old) = self.live.insert(a.ptr_out, index) {
+            // Reused without a recorded free (freed natively elsewhere).
+            self.allocations[old].free_column = Some(self.column);
+        }
+    }
+}
