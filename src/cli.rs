@@ -83,6 +83,22 @@ pub enum Command {
     /// recorded allocations. The format follows the output's extension:
     /// .png or .jpg/.jpeg.
     Render(RenderArgs),
+    /// Open the viewer: the flamegraph over the cache-line bitmap, with
+    /// tooltips, source view, search, highlights and statistics.
+    ///
+    /// With --screenshot it draws offscreen instead, saves a PNG and exits
+    /// (starting Xvfb itself when there is no display). Keys: press ? in the
+    /// window.
+    View(ViewArgs),
+    /// Build the bundled example, record it and open the viewer (with no
+    /// display: write a screenshot and say where).
+    Demo(DemoArgs),
+    /// Print what is at one point of the picture: the frame stack at a
+    /// column, the read that made it (pc, function, inlined frames,
+    /// file:line, address, size), the cache line at a row (bytes read,
+    /// distinct bytes, age) and the allocation holding it — what hovering
+    /// that point in the viewer shows.
+    At(AtArgs),
     /// Print every event of a trace, one per line, for grep and scripts.
     ///
     /// Text: `THREAD EVENT key=value...`, hex addresses, e.g.
@@ -121,6 +137,9 @@ pub struct RecordArgs {
     /// Trace at most N invocations of the function.
     #[arg(long, value_name = "N")]
     pub max_invocations: Option<u32>,
+    /// Open the viewer on the trace when the recording ends.
+    #[arg(long)]
+    pub view: bool,
     /// Do not print progress to stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -235,6 +254,85 @@ impl From<ColourByArg> for decoder::raster::ColourBy {
             ColourByArg::Age => decoder::raster::ColourBy::Age,
         }
     }
+}
+
+/// Arguments of `view`.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// Trace file to show.
+    pub file: PathBuf,
+    /// Draw offscreen, save this PNG and exit.
+    #[arg(long, value_name = "PNG")]
+    pub screenshot: Option<PathBuf>,
+    /// With --screenshot: also write what the UI showed (layout, tooltip,
+    /// frames, row labels) as JSON.
+    #[arg(long, value_name = "JSON", requires = "screenshot")]
+    pub state: Option<PathBuf>,
+    /// With --screenshot: hover this point, COLUMN or COLUMN,ROW.
+    #[arg(long, value_name = "COLUMN[,ROW]", requires = "screenshot", value_parser = parse_hover)]
+    pub hover: Option<(u64, Option<usize>)>,
+    /// Window size.
+    #[arg(long, value_name = "WxH", default_value = "1600x900", value_parser = parse_size)]
+    pub size: (u32, u32),
+    /// Columns A..B to show first.
+    #[arg(long, value_name = "A..B", value_parser = parse_columns)]
+    pub columns: Option<(u64, u64)>,
+    /// Decoding settings.
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// Arguments of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to put the example's binary, trace and screenshot.
+    #[arg(long, default_value = "target/demo")]
+    pub dir: PathBuf,
+    /// Write the screenshot even with a display.
+    #[arg(long)]
+    pub screenshot: bool,
+}
+
+/// Parses `WxH`.
+pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
+    let (w, h) = text.split_once(['x', 'X']).ok_or_else(|| format!("{text:?}: expected WxH, e.g. 1600x900"))?;
+    let parse = |s: &str| s.trim().parse::<u32>().map_err(|_| format!("{text:?}: {s:?} is not a number"));
+    let (w, h) = (parse(w)?, parse(h)?);
+    if !(200..=16384).contains(&w) || !(150..=16384).contains(&h) {
+        return Err(format!("{text:?}: sizes go from 200x150 to 16384x16384"));
+    }
+    Ok((w, h))
+}
+
+/// Parses `COLUMN` or `COLUMN,ROW`.
+pub fn parse_hover(text: &str) -> Result<(u64, Option<usize>), String> {
+    let (c, r) = match text.split_once(',') {
+        Some((c, r)) => (c, Some(r)),
+        None => (text, None),
+    };
+    let column = c.trim().parse::<u64>().map_err(|_| format!("{text:?}: {c:?} is not a column number"))?;
+    let row =
+        r.map(|r| r.trim().parse::<usize>().map_err(|_| format!("{text:?}: {r:?} is not a row number"))).transpose()?;
+    Ok((column, row))
+}
+
+/// Arguments of `at`.
+#[derive(Debug, Args)]
+pub struct AtArgs {
+    /// Trace file to read.
+    pub file: PathBuf,
+    /// The column (0-based read number).
+    #[arg(long)]
+    pub column: u64,
+    /// A row of the bitmap at that column (0: the lowest address).
+    #[arg(long)]
+    pub row: Option<usize>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Decoding settings.
+    #[command(flatten)]
+    pub decode: DecodeArgs,
 }
 
 /// Arguments of `dump`.

@@ -1,6 +1,7 @@
 //! The `linetrace` command: parses the command line and hands each
 //! subcommand to its module.
 
+mod at;
 mod cli;
 mod dump;
 mod output;
@@ -8,6 +9,7 @@ mod progress;
 mod record;
 mod render;
 mod report;
+mod view;
 
 use std::process::ExitCode;
 
@@ -21,6 +23,9 @@ fn main() -> ExitCode {
         Command::Record(args) => record::record(args),
         Command::Report(args) => report::report(args).map(|()| ExitCode::SUCCESS),
         Command::Render(args) => render::render(args).map(|()| ExitCode::SUCCESS),
+        Command::At(args) => at::at(args).map(|()| ExitCode::SUCCESS),
+        Command::View(args) => view::view(args).map(|()| ExitCode::SUCCESS),
+        Command::Demo(args) => view::demo(args),
         Command::Dump(args) => dump::dump(args).map(|()| ExitCode::SUCCESS),
     };
     match result {

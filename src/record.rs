@@ -91,6 +91,9 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
             summary.trace_bytes
         );
     }
+    if args.view {
+        crate::view::run_viewer(viewer::ViewerOptions::new(final_path.clone()))?;
+    }
     // Interrupted: exit as a shell reports death by that signal (130 for
     // Ctrl-C), not as the target we had to kill.
     let interrupted_by = instrument::interrupt::signal();

@@ -359,6 +359,14 @@ impl CallTreeBuilder {
         }
     }
 
+    /// Entry addresses of the open frames of `thread`, outermost first.
+    pub fn open_functions(&self, thread: u32) -> impl Iterator<Item = u64> + '_ {
+        self.threads
+            .get(&thread)
+            .into_iter()
+            .flat_map(|s| s.open.iter().map(|&(id, _)| self.frames[id as usize].function))
+    }
+
     /// Counts a read made by the current frame of `thread`.
     #[inline]
     pub fn read(&mut self, thread: u32) {

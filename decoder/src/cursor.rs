@@ -103,6 +103,18 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
     /// end of the trace. Writes and control events before it are consumed
     /// (and fed to the frame builder).
     pub fn step(&mut self, observer: &mut impl LineObserver) -> Result<Option<ColumnRead>, DecodeError> {
+        loop {
+            match self.next_access(observer)? {
+                None => return Ok(None),
+                Some(Step::Read(read)) => return Ok(Some(read)),
+                Some(Step::Write { .. }) => {}
+            }
+        }
+    }
+
+    /// Like [`ColumnCursor::step`], but stops at writes too (which make no
+    /// column): every access in trace order.
+    pub fn next_access(&mut self, observer: &mut impl LineObserver) -> Result<Option<Step>, DecodeError> {
         if self.column >= self.model.columns {
             return Ok(None);
         }
@@ -118,12 +130,12 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
                         }
                     }
                     if !access.reads {
-                        continue;
+                        return Ok(Some(Step::Write { thread: rec.thread, access }));
                     }
                     self.set.read(access.addr, access.size, observer);
                     let read = ColumnRead { column: self.column, thread: rec.thread, access };
                     self.column += 1;
-                    return Ok(Some(read));
+                    return Ok(Some(Step::Read(read)));
                 }
                 None => {
                     if let Some(calls) = self.calls.as_mut() {
@@ -134,4 +146,18 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
         }
         Ok(None)
     }
+}
+
+/// One access, as [`ColumnCursor::next_access`] hands it out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A read: a column (possibly also a write).
+    Read(ColumnRead),
+    /// A write only: no column.
+    Write {
+        /// Thread.
+        thread: u32,
+        /// The access.
+        access: Access,
+    },
 }

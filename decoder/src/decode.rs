@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use trace_rt::format::{AllocKind, ChunkPosition, Event, TraceEnd, TraceReader};
@@ -26,7 +27,7 @@ use crate::lines::LineSize;
 use crate::model::{
     Access, DecodeOptions, MAX_SNAPSHOTS, Metrics, Model, SiteCounts, Snapshot, WorkingSetIndex, access_of,
 };
-use crate::pyramid::{BitmapPyramid, PyramidBuilder};
+use crate::pyramid::{BitmapPyramid, Preview, PyramidBuilder};
 use crate::reuse::ReuseDistance;
 use crate::spans::SpanAccumulator;
 use crate::totals::Totals;
@@ -37,22 +38,32 @@ const BATCH: usize = 1 << 13;
 /// Batches in flight: enough to ride out a slow chunk, little memory.
 const BATCHES_IN_FLIGHT: usize = 8;
 
-/// Decodes the trace at `path` (see [`Model::decode`]).
+/// Decodes the trace at `path` (see [`Model::decode`]); `preview`, if
+/// given, shows the summary as it is built.
 pub(crate) fn decode(
     path: &Path,
     options: &DecodeOptions,
     progress: &mut dyn FnMut(u64),
+    preview: Option<Arc<Preview>>,
 ) -> Result<Model, DecodeError> {
     options.working_set.validate().map_err(DecodeError::InvalidSetting)?;
     let reader = TraceReader::open(path)?;
+    let total_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let (sender, receiver) = sync_channel::<Vec<SetOp>>(BATCHES_IN_FLIGHT);
     let config = options.working_set;
+    let stage_preview = preview.clone();
     let stage = std::thread::Builder::new()
         .name("linetrace-working-set".into())
-        .spawn(move || working_set_stage(config, receiver))
+        .spawn(move || working_set_stage(config, receiver, stage_preview))
         .map_err(|e| DecodeError::Corrupt(format!("cannot start the decoding thread: {e}")))?;
     let mut events = EventStage::new(*options, SetStage { sender, batch: Vec::with_capacity(BATCH) });
-    let outcome = events.run(reader, progress);
+    let mut report = |done: u64| {
+        if let Some(p) = &preview {
+            p.set_bytes(done, total_bytes);
+        }
+        progress(done)
+    };
+    let outcome = events.run(reader, &mut report);
     // Closing the channel ends the working-set stage.
     let set_stage = std::mem::replace(&mut events.set, SetStage::closed());
     let sent = set_stage.finish();
@@ -109,6 +120,7 @@ pub(crate) fn decode(
         pyramid: set.pyramid,
         threads,
         total,
+        stacks: std::mem::take(&mut events.stacks),
     })
 }
 
@@ -218,10 +230,14 @@ impl LiveBlocks {
 }
 
 /// The working-set stage: applies the reads in order.
-fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Vec<SetOp>>) -> SetResults {
+fn working_set_stage(
+    config: WorkingSetConfig,
+    receiver: Receiver<Vec<SetOp>>,
+    preview: Option<Arc<Preview>>,
+) -> SetResults {
     let mut set = FastWorkingSet::new(config);
     let mut spans = SpanAccumulator::new(&mut set, 0, |_, _| false);
-    let mut pyramid = PyramidBuilder::default();
+    let mut pyramid = preview.map(PyramidBuilder::with_preview).unwrap_or_default();
     let mut next_block = pyramid.block_width();
     let mut live = LiveBlocks::default();
     let mut fetches = FetchStats::default();
@@ -301,6 +317,8 @@ struct EventStage {
     chunk_serial: u64,
     /// String id of the program exec'd into.
     exec: Option<u32>,
+    /// Lowest and highest stack pointer seen, per thread.
+    stacks: BTreeMap<u32, (u64, u64)>,
 }
 
 impl EventStage {
@@ -322,6 +340,7 @@ impl EventStage {
             snapshot_every: options.snapshot_every.max(1),
             chunk_serial: 0,
             exec: None,
+            stacks: BTreeMap::new(),
         }
     }
 
@@ -349,8 +368,15 @@ impl EventStage {
                 continue;
             }
             if apply_control(&mut self.calls, thread, &rec.event, self.column) {
-                if let Event::InvocationStart { .. } = rec.event {
-                    self.threads[t].totals.invocations += 1;
+                match rec.event {
+                    Event::InvocationStart { sp, .. } => {
+                        self.threads[t].totals.invocations += 1;
+                        self.note_sp(thread, sp);
+                    }
+                    Event::Call { sp, .. } | Event::TailCall { sp, .. } | Event::Return { sp } => {
+                        self.note_sp(thread, sp)
+                    }
+                    _ => {}
                 }
                 continue;
             }
@@ -370,6 +396,13 @@ impl EventStage {
         progress(reader.bytes_read());
         let end = reader.end().cloned().unwrap_or(TraceEnd::Cut { valid_bytes: reader.bytes_read(), mid_chunk: false });
         Ok((reader, end))
+    }
+
+    #[inline]
+    fn note_sp(&mut self, thread: u32, sp: u64) {
+        let range = self.stacks.entry(thread).or_insert((sp, sp));
+        range.0 = range.0.min(sp);
+        range.1 = range.1.max(sp);
     }
 
     fn maybe_snapshot(&mut self, chunk: ChunkPosition) {

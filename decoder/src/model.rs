@@ -201,13 +201,27 @@ pub struct Model {
     pub threads: BTreeMap<u32, Totals>,
     /// Totals of all threads (unique lines counted once across threads).
     pub total: Totals,
+    /// Lowest and highest stack pointer seen at calls and returns, per
+    /// thread: roughly where each traced thread's stack is.
+    pub stacks: BTreeMap<u32, (u64, u64)>,
 }
 
 impl Model {
     /// Decodes the trace at `path` ([`crate::decode`]). `progress` is called
     /// now and then with the bytes of the file read so far.
     pub fn decode(path: &Path, options: &DecodeOptions, progress: &mut dyn FnMut(u64)) -> Result<Model, DecodeError> {
-        crate::decode::decode(path, options, progress)
+        crate::decode::decode(path, options, progress, None)
+    }
+
+    /// Like [`Model::decode`], showing the bitmap summary in `preview` as
+    /// decoding goes (for a picture before the trace is decoded).
+    pub fn decode_with_preview(
+        path: &Path,
+        options: &DecodeOptions,
+        progress: &mut dyn FnMut(u64),
+        preview: std::sync::Arc<crate::pyramid::Preview>,
+    ) -> Result<Model, DecodeError> {
+        crate::decode::decode(path, options, progress, Some(preview))
     }
 
     /// How the trace ended, and what of it was unreadable, for people:
@@ -226,6 +240,16 @@ impl Model {
     /// The line size of the working set.
     pub fn line_size(&self) -> LineSize {
         LineSize::new(self.working_set.config.line_size)
+    }
+
+    /// The thread whose stack holds `addr`, judging by the stack pointers
+    /// seen (a page of slack each side: red zone, arguments, locals).
+    pub fn stack_thread_at(&self, addr: u64) -> Option<u32> {
+        const SLACK: u64 = 4096;
+        self.stacks
+            .iter()
+            .find(|&(_, &(lo, hi))| addr >= lo.saturating_sub(SLACK) && addr <= hi.saturating_add(SLACK))
+            .map(|(&t, _)| t)
     }
 
     /// The recorded block holding `addr` at `column`, if any.

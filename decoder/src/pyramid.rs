@@ -166,14 +166,61 @@ impl BitmapPyramid {
     }
 }
 
+/// The summary as far as decoding has got, for a picture before the trace
+/// is decoded: level-0 blocks so far, shared with the decoding thread.
+#[derive(Debug, Default)]
+pub struct Preview {
+    inner: std::sync::Mutex<PreviewState>,
+}
+
+/// A copy of the preview's state.
+#[derive(Clone, Debug, Default)]
+pub struct PreviewState {
+    /// Width of the blocks (it doubles for very long traces; the blocks
+    /// are then those of the new width).
+    pub block_width: u64,
+    /// Blocks decoded so far, row 0 first.
+    pub blocks: Vec<Vec<SummaryCell>>,
+    /// Bytes of the trace file read so far, and in all.
+    pub bytes: (u64, u64),
+}
+
+impl Preview {
+    /// The state now.
+    pub fn state(&self) -> PreviewState {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Columns decoded so far.
+    pub fn columns(&self) -> u64 {
+        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        s.blocks.len() as u64 * s.block_width
+    }
+
+    pub(crate) fn set_bytes(&self, done: u64, total: u64) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).bytes = (done, total);
+    }
+
+    fn push(&self, level: &Level) {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if s.block_width != 1 << level.shift {
+            s.block_width = 1 << level.shift;
+            s.blocks = (0..level.blocks()).map(|i| level.block(i).to_vec()).collect();
+        } else if let Some(i) = level.blocks().checked_sub(1) {
+            s.blocks.push(level.block(i).to_vec());
+        }
+    }
+}
+
 /// Builds level 0 from spans of whole blocks, then the coarser levels.
 pub struct PyramidBuilder {
     level0: Level,
+    preview: Option<std::sync::Arc<Preview>>,
 }
 
 impl Default for PyramidBuilder {
     fn default() -> Self {
-        PyramidBuilder { level0: Level::new(FIRST_SHIFT) }
+        PyramidBuilder { level0: Level::new(FIRST_SHIFT), preview: None }
     }
 }
 
@@ -181,6 +228,11 @@ impl PyramidBuilder {
     /// Width of the blocks the next spans must have.
     pub fn block_width(&self) -> u64 {
         1 << self.level0.shift
+    }
+
+    /// A builder that also shows its blocks in `preview` as they come.
+    pub fn with_preview(preview: std::sync::Arc<Preview>) -> Self {
+        PyramidBuilder { level0: Level::new(FIRST_SHIFT), preview: Some(preview) }
     }
 
     /// Adds the span of the next block (the last may be shorter).
@@ -191,6 +243,9 @@ impl PyramidBuilder {
             // are whole, so the merge is exact in widths.
             let columns = self.level0.blocks() as u64 * self.block_width();
             self.level0 = self.level0.coarser(columns);
+        }
+        if let Some(p) = &self.preview {
+            p.push(&self.level0);
         }
     }
 

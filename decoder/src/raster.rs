@@ -35,6 +35,7 @@ use crate::allocations::AllocationIndex;
 use crate::calltree::Frame;
 use crate::cursor::ColumnCursor;
 use crate::model::Model;
+use crate::pyramid::SummaryCell;
 use crate::spans::{CellMeans, SpanAccumulator, SpanRow};
 use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, SortedLines};
 
@@ -466,13 +467,27 @@ pub fn rasterize_exact(
 /// coarsest level that is at least as fine as a pixel, a block cut by a
 /// pixel edge in proportion.
 pub fn rasterize_from_summary(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
-    let mut grid = CoverageGrid::new(view)?;
-    let cw = grid.cw;
-    let Some(level) = model.pyramid.level_for(cw) else {
+    let Some(level) = model.pyramid.level_for(view.columns_per_pixel()) else {
         return Err(DecodeError::InvalidSetting("no summary level fits this view".into()));
     };
-    let width = 1u64 << level.shift;
-    let columns = model.columns as f64;
+    let blocks: Vec<&[SummaryCell]> = (0..level.blocks()).map(|i| level.block(i)).collect();
+    rasterize_blocks(&blocks, 1 << level.shift, model.columns, view, palette)
+}
+
+/// Draws summary blocks of `block_width` columns each (the last may be
+/// shorter; `columns` in all) for `view`: the summary's levels, or the
+/// blocks decoded so far while a trace is being decoded.
+pub fn rasterize_blocks(
+    blocks: &[&[SummaryCell]],
+    block_width: u64,
+    columns: u64,
+    view: &BitmapView,
+    palette: &Palette,
+) -> Result<Image, DecodeError> {
+    let mut grid = CoverageGrid::new(view)?;
+    let cw = grid.cw;
+    let width = block_width.max(1) as f64;
+    let columns = columns as f64;
     let (a, _) = view.columns;
     let mut rows: Vec<SpanRow> = Vec::new();
     for px in 0..view.width as usize {
@@ -481,17 +496,17 @@ pub fn rasterize_from_summary(model: &Model, view: &BitmapView, palette: &Palett
         if x1 <= x0 {
             continue;
         }
-        let first = (x0 / width as f64).floor() as usize;
-        let last = ((x1 / width as f64).ceil() as usize).min(level.blocks());
-        for i in first..last {
-            let start = (i as u64 * width) as f64;
-            let end = (start + width as f64).min(columns);
+        let first = (x0 / width).floor() as usize;
+        let last = ((x1 / width).ceil() as usize).min(blocks.len());
+        for (i, block) in blocks.iter().enumerate().take(last).skip(first) {
+            let start = i as f64 * width;
+            let end = (start + width).min(columns);
             let part = x1.min(end) - x0.max(start);
             if part <= 0.0 {
                 continue;
             }
             rows.clear();
-            rows.extend(level.block(i).iter().map(|c| c.row()));
+            rows.extend(block.iter().map(|c| c.row()));
             grid.add_rows(px, &rows, part, palette);
         }
     }

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::model::Model;
+use crate::calltree::Inclusive;
+use crate::model::{Model, SiteCounts};
 use crate::symbols::Symbolizer;
 use crate::symbols::names::{display_with_fragments, split_fragment};
 
@@ -71,6 +72,25 @@ pub enum Grouping {
 
 /// Reads and writes grouped by function or source line, most reads first.
 pub fn access_table(model: &Model, symbols: &Symbolizer, grouping: Grouping) -> Vec<AccessRow> {
+    // Inclusive totals, summed by the call tree as frames closed (so they
+    // do not depend on frames it dropped to bound memory).
+    let inclusive = match grouping {
+        Grouping::Function => &model.call_tree.function_totals,
+        Grouping::Line => &model.call_tree.callsite_totals,
+    };
+    group_accesses(&model.sites, &model.site_counts, inclusive.iter().map(|(&k, v)| (k, *v)), symbols, grouping)
+}
+
+/// The grouping itself: per-site counts, plus inclusive counts keyed by
+/// function entry (for [`Grouping::Function`]) or call instruction (for
+/// [`Grouping::Line`]), into rows.
+pub fn group_accesses(
+    sites: &[trace_rt::format::Site],
+    site_counts: &[SiteCounts],
+    inclusive: impl Iterator<Item = (u64, Inclusive)>,
+    symbols: &Symbolizer,
+    grouping: Grouping,
+) -> Vec<AccessRow> {
     // (row key, fragment kind of this pc's function)
     let key = |symbols: &Symbolizer, pc: u64| -> (String, Vec<&'static str>) {
         let l = symbols.locate(pc);
@@ -90,7 +110,7 @@ pub fn access_table(model: &Model, symbols: &Symbolizer, grouping: Grouping) -> 
             }
         }
     };
-    for (site, counts) in model.sites.iter().zip(&model.site_counts) {
+    for (site, counts) in sites.iter().zip(site_counts) {
         if counts.reads == 0 && counts.writes == 0 {
             continue;
         }
@@ -101,14 +121,8 @@ pub fn access_table(model: &Model, symbols: &Symbolizer, grouping: Grouping) -> 
         row.self_writes += counts.writes;
         row.self_bytes_read += counts.bytes_read;
     }
-    // Inclusive totals, summed by the call tree as frames closed (so they
-    // do not depend on frames it dropped to bound memory).
-    let inclusive = match grouping {
-        Grouping::Function => &model.call_tree.function_totals,
-        Grouping::Line => &model.call_tree.callsite_totals,
-    };
     let mut extra: HashMap<String, (u64, u64)> = HashMap::new();
-    for (&pc, totals) in inclusive {
+    for (pc, totals) in inclusive {
         // A fragment is entered from its function (a jump, or a call whose
         // frame is inside the function's): its inclusive count is part of
         // the function's, so only whole functions add here.

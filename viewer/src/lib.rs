@@ -1,1 +1,299 @@
-//! The linetrace viewer (skeleton while the decoder is reshaped).
+//! The linetrace viewer: a Bevy app that shows a trace's flamegraph over
+//! its cache-line bitmap on one x axis (one column per memory read), and
+//! answers, for every pixel, which code, which cache line and which
+//! allocation it is.
+//!
+//! Design constraints:
+//! - Nothing slow runs on the UI thread: decoding runs on a thread of its
+//!   own with a live preview of the summary ([`session`]); pictures, hover
+//!   inspection, row labels, statistics and names are background jobs on
+//!   Bevy's async compute pool ([`work`], [`jobs`]). The UI draws whatever
+//!   they last produced, stretched to the current view, every frame.
+//! - Pictures are screen-sized (within the device's 16384 texture limit),
+//!   never a texture or an entity per column; flamegraph frames narrower
+//!   than a pixel merge into summary bars (decoder's `flame_bars`).
+//! - The app is plugins around shared resources ([`session::Session`],
+//!   [`view::Viewport`]); another mode (allocations, two traces compared)
+//!   is another plugin.
+//!
+//! ```no_run
+//! let options = viewer::ViewerOptions::new("work.lntrace".into());
+//! viewer::run(options)?;
+//! # Ok::<(), viewer::ViewerError>(())
+//! ```
+
+pub mod jobs;
+pub mod session;
+pub mod ui;
+pub mod view;
+pub mod work;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bevy::app::{TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy};
+use bevy::log::{Level, LogPlugin};
+use bevy::prelude::*;
+use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
+use bevy::window::WindowResolution;
+use bevy_egui::{EguiPlugin, EguiPrimaryContextPass};
+use decoder::model::DecodeOptions;
+use decoder::symbols::SymbolPaths;
+
+use crate::session::Session;
+use crate::ui::{UiReport, UiState};
+use crate::view::{Selection, ViewCommand, Viewport, apply_view_commands};
+use crate::work::Work;
+
+/// Everything that can stop the viewer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ViewerError {
+    /// There is no display to open a window on.
+    #[error("no display: set DISPLAY (X11), or use --screenshot to draw offscreen")]
+    NoDisplay,
+    /// A headless run could not produce its picture.
+    #[error("the screenshot was not taken: {0}")]
+    Screenshot(String),
+    /// Writing the UI state file failed.
+    #[error("cannot write {path}")]
+    State {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        cause: std::io::Error,
+    },
+    /// The app stopped with an error.
+    #[error("the viewer stopped with an error")]
+    App,
+}
+
+/// A headless run: draw, save a screenshot, exit.
+#[derive(Clone, Debug)]
+pub struct ScreenshotRequest {
+    /// PNG to write.
+    pub path: PathBuf,
+    /// JSON of the UI state to write next to it (layout, tooltip, bars).
+    pub state: Option<PathBuf>,
+    /// A point to hover: (column, row).
+    pub hover: Option<(u64, Option<usize>)>,
+}
+
+/// How to open the viewer.
+#[derive(Clone, Debug)]
+pub struct ViewerOptions {
+    /// The trace.
+    pub trace: PathBuf,
+    /// Decoding settings.
+    pub decode: DecodeOptions,
+    /// Where to find modules and debug files.
+    pub symbol_paths: SymbolPaths,
+    /// Window size in pixels.
+    pub size: (u32, u32),
+    /// Columns to show first (default: all).
+    pub columns: Option<(u64, u64)>,
+    /// Headless: draw once, save, exit.
+    pub screenshot: Option<ScreenshotRequest>,
+}
+
+impl ViewerOptions {
+    /// Defaults for a trace.
+    pub fn new(trace: PathBuf) -> ViewerOptions {
+        ViewerOptions {
+            trace,
+            decode: DecodeOptions::default(),
+            symbol_paths: SymbolPaths::default(),
+            size: (1600, 900),
+            columns: None,
+            screenshot: None,
+        }
+    }
+}
+
+/// Frames to wait before a screenshot: lavapipe compiles pipelines in the
+/// background, and the first frames can miss some of them.
+pub const SCREENSHOT_MIN_FRAMES: u32 = 150;
+/// Frames after which a headless run gives up waiting for its picture.
+pub const SCREENSHOT_MAX_FRAMES: u32 = 20_000;
+
+/// Opens the window (or draws offscreen with a screenshot request) and
+/// runs until it is closed.
+pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
+    if std::env::var_os("DISPLAY").is_none() && std::env::var_os("WAYLAND_DISPLAY").is_none() {
+        return Err(ViewerError::NoDisplay);
+    }
+    let failure = Arc::new(std::sync::Mutex::new(None::<String>));
+    let mut app = App::new();
+    let title = format!("linetrace — {}", options.trace.display());
+    app.add_plugins(
+        DefaultPlugins
+            .set(WindowPlugin {
+                primary_window: Some(Window {
+                    title,
+                    resolution: WindowResolution::new(options.size.0, options.size.1),
+                    ..default()
+                }),
+                ..default()
+            })
+            .set(LogPlugin { level: Level::ERROR, filter: "wgpu=error,naga=error".into(), ..default() })
+            .set(TaskPoolPlugin {
+                task_pool_options: TaskPoolOptions {
+                    async_compute: TaskPoolThreadAssignmentPolicy {
+                        min_threads: 2,
+                        max_threads: 4,
+                        percent: 0.5,
+                        on_thread_spawn: None,
+                        on_thread_destroy: None,
+                    },
+                    ..default()
+                },
+            }),
+    )
+    .add_plugins(EguiPlugin::default())
+    .add_plugins(ViewerPlugin { options: options.clone() });
+    if let Some(request) = options.screenshot.clone() {
+        app.add_plugins(HeadlessPlugin { request, failure: failure.clone() });
+    }
+    let exit = app.run();
+    if let Some(why) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Err(ViewerError::Screenshot(why));
+    }
+    match exit {
+        AppExit::Success => Ok(()),
+        AppExit::Error(_) => Err(ViewerError::App),
+    }
+}
+
+/// The viewer's resources and systems.
+pub struct ViewerPlugin {
+    /// How it was opened.
+    pub options: ViewerOptions,
+}
+
+/// Columns to fit once the trace is decoded.
+#[derive(Resource)]
+struct StartView(Option<(u64, u64)>);
+
+impl Plugin for ViewerPlugin {
+    fn build(&self, app: &mut App) {
+        let o = &self.options;
+        let session = Session::open(o.trace.clone(), o.decode, o.symbol_paths.clone());
+        let mut ui = UiState::default();
+        if let Some(r) = &o.screenshot {
+            ui.forced_hover = r.hover;
+        }
+        app.insert_resource(session)
+            .insert_resource(StartView(o.columns))
+            .insert_resource(ui)
+            .init_resource::<Viewport>()
+            .init_resource::<Selection>()
+            .init_resource::<Work>()
+            .init_resource::<UiReport>()
+            .add_message::<ViewCommand>()
+            .add_systems(Startup, |mut c: Commands| {
+                c.spawn(Camera2d);
+            })
+            .add_systems(Update, (session::poll_decoding, start_view, apply_view_commands).chain())
+            .add_systems(EguiPrimaryContextPass, ui::ui_system);
+    }
+}
+
+fn start_view(session: Res<Session>, mut start: ResMut<StartView>, mut view: ResMut<Viewport>) {
+    if session.loaded.is_none() {
+        return;
+    }
+    if let Some((a, b)) = start.0.take() {
+        view.fit(a as f64, b as f64, 0.0);
+    }
+}
+
+/// Headless runs: wait until the picture of the view (and the tooltip, if
+/// a hover is asked for) is on screen, save it, write the UI state, exit.
+struct HeadlessPlugin {
+    request: ScreenshotRequest,
+    failure: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+#[derive(Resource)]
+struct Headless {
+    request: ScreenshotRequest,
+    frames: u32,
+    ready_frames: u32,
+    asked: bool,
+    saved: Arc<AtomicBool>,
+    failure: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Plugin for HeadlessPlugin {
+    fn build(&self, app: &mut App) {
+        app.insert_resource(Headless {
+            request: self.request.clone(),
+            frames: 0,
+            ready_frames: 0,
+            asked: false,
+            saved: Arc::new(AtomicBool::new(false)),
+            failure: self.failure.clone(),
+        })
+        .add_systems(Last, headless_system);
+    }
+}
+
+fn headless_system(
+    mut commands: Commands,
+    mut headless: ResMut<Headless>,
+    session: Res<Session>,
+    report: Res<UiReport>,
+    mut exit: MessageWriter<AppExit>,
+) {
+    headless.frames += 1;
+    if let Some(e) = &session.error {
+        *headless.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(format!("the trace could not be decoded: {e}"));
+        exit.write(AppExit::error());
+        return;
+    }
+    if headless.saved.load(Ordering::SeqCst) {
+        if let Some(path) = &headless.request.state {
+            let written = serde_json::to_vec_pretty(&*report)
+                .map_err(std::io::Error::other)
+                .and_then(|json| std::fs::write(path, json));
+            if let Err(cause) = written {
+                *headless.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(ViewerError::State { path: path.clone(), cause }.to_string());
+            }
+        }
+        exit.write(AppExit::Success);
+        return;
+    }
+    if headless.asked {
+        return;
+    }
+    let tooltip_ready = headless.request.hover.is_none()
+        || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
+    let ready = report.loaded && report.sharp && tooltip_ready;
+    headless.ready_frames = if ready { headless.ready_frames + 1 } else { 0 };
+    let give_up = headless.frames >= SCREENSHOT_MAX_FRAMES;
+    if (headless.ready_frames >= 10 && headless.frames >= SCREENSHOT_MIN_FRAMES) || give_up {
+        if give_up {
+            *headless.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(format!("the picture was not ready after {SCREENSHOT_MAX_FRAMES} frames"));
+        }
+        headless.asked = true;
+        let (saved, failure, path) = (headless.saved.clone(), headless.failure.clone(), headless.request.path.clone());
+        commands.spawn(Screenshot::primary_window()).observe(move |captured: On<ScreenshotCaptured>| {
+            let written = captured
+                .image
+                .clone()
+                .try_into_dynamic()
+                .map_err(|e| e.to_string())
+                .and_then(|img| img.to_rgb8().save(&path).map_err(|e| e.to_string()));
+            if let Err(e) = written {
+                *failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("cannot write {}: {e}", path.display()));
+            }
+            saved.store(true, Ordering::SeqCst);
+        });
+    }
+}

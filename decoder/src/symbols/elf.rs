@@ -85,6 +85,17 @@ pub struct FunctionSymbol {
     pub global: bool,
 }
 
+/// A global or static variable: a data symbol with a size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataSymbol {
+    /// Demangled name.
+    pub name: String,
+    /// Link-time address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
 /// What a GOT slot is filled with at load time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotTarget {
@@ -144,6 +155,8 @@ pub struct ElfSymbols {
     pub got_slots: Vec<GotSlot>,
     /// The separate debug file found for it, if any.
     pub debug_file: Option<PathBuf>,
+    /// Variables (data symbols with a size), sorted by address.
+    pub variables: Vec<DataSymbol>,
 }
 
 impl ElfSymbols {
@@ -168,6 +181,7 @@ impl ElfSymbols {
             return Err(wrong_machine(file.architecture()));
         }
         let mut functions = function_symbols(&file);
+        let mut variables = data_symbols(&file);
         let has_symtab = file.symbols().any(|s| s.kind() == SymbolKind::Text && !s.is_undefined());
         let build_id = file.build_id().ok().flatten().map(hex);
         let mut debug_file = None;
@@ -177,6 +191,7 @@ impl ElfSymbols {
                 if let Ok(debug) = map_elf(&p) {
                     if let Ok(debug_elf) = ElfFile64::<Endianness>::parse(&*debug) {
                         functions.extend(function_symbols(&debug_elf));
+                        variables.extend(data_symbols(&debug_elf));
                     }
                     debug_file = Some(p);
                     break;
@@ -187,11 +202,14 @@ impl ElfSymbols {
             if let Some(inner) = decompress_xz(mini) {
                 if let Ok(inner_elf) = ElfFile64::<Endianness>::parse(&*inner) {
                     functions.extend(function_symbols(&inner_elf));
+                    variables.extend(data_symbols(&inner_elf));
                 }
             }
         }
         functions.extend(plt_stubs(&file));
         sort_aliases(&mut functions);
+        variables.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)).then(a.name.cmp(&b.name)));
+        variables.dedup_by(|a, b| a.address == b.address);
         Ok(ElfSymbols {
             functions,
             has_symtab,
@@ -206,6 +224,7 @@ impl ElfSymbols {
             entry: file.entry(),
             got_slots: got_slots(&file),
             debug_file,
+            variables,
         })
     }
 
@@ -216,6 +235,13 @@ impl ElfSymbols {
             return 0;
         }
         module_base(module).unwrap_or(0).wrapping_sub(self.first_segment_address)
+    }
+
+    /// The variable containing link-time `address`.
+    pub fn variable_at(&self, address: u64) -> Option<&DataSymbol> {
+        let i = self.variables.partition_point(|v| v.address <= address);
+        let v = self.variables.get(i.checked_sub(1)?)?;
+        (address < v.address.saturating_add(v.size)).then_some(v)
     }
 
     /// The function containing link-time `address`: its preferred alias.
@@ -260,6 +286,18 @@ fn function_symbols(file: &ElfFile64<'_, Endianness>) -> Vec<FunctionSymbol> {
         }
     }
     functions
+}
+
+/// Data symbols with a size (variables), from `.symtab` and `.dynsym`.
+fn data_symbols(file: &ElfFile64<'_, Endianness>) -> Vec<DataSymbol> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Data && !s.is_undefined() && s.size() > 0 && s.address() != 0)
+        .filter_map(|s| {
+            let raw = s.name().ok().filter(|n| !n.is_empty())?;
+            Some(DataSymbol { name: demangle(raw), address: s.address(), size: s.size() })
+        })
+        .collect()
 }
 
 /// Sorts by address; among aliases at one address prefers sized symbols,

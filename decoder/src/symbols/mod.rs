@@ -221,6 +221,30 @@ impl Symbolizer {
         location
     }
 
+    /// The variable (data symbol) holding `addr`, with the offset into it,
+    /// if a module maps `addr` and names it.
+    pub fn variable_at(&self, addr: u64) -> Option<(String, u64)> {
+        let (_, loaded) = self.module_of(addr)?;
+        let m = loaded?.lock().unwrap_or_else(|e| e.into_inner());
+        let link = addr.wrapping_sub(m.bias);
+        m.symbols.variable_at(link).map(|v| (v.name.clone(), link - v.address))
+    }
+
+    /// The file name of the module mapping `addr`, if any.
+    pub fn module_name_at(&self, addr: u64) -> Option<String> {
+        let entry = self.modules.iter().find(|m| m.module.ranges.iter().any(|r| (r.start..r.end).contains(&addr)))?;
+        Path::new(&entry.module.path).file_name().map(|n| n.to_string_lossy().into_owned())
+    }
+
+    /// The module file holding `pc` and the link-time address of `pc` in
+    /// it (what `addr2line -e FILE ADDRESS` takes), if the module loads.
+    pub fn link_address(&self, pc: u64) -> Option<(PathBuf, u64)> {
+        let (entry, loaded) = self.module_of(pc)?;
+        let bias = loaded?.lock().unwrap_or_else(|e| e.into_inner()).bias;
+        let path = elf::find_module_file(&entry.module, &self.paths).ok()?;
+        Some((path, pc.wrapping_sub(bias)))
+    }
+
     /// The module whose mapping holds `pc`, loaded.
     fn module_of(&self, pc: u64) -> Option<(&ModuleEntry, Option<&Mutex<LoadedModule>>)> {
         let entry = self.modules.iter().find(|m| m.module.ranges.iter().any(|r| (r.start..r.end).contains(&pc)))?;

@@ -1,0 +1,140 @@
+//! Statistics of a column range (the viewer's selection, a frame): the same
+//! tables and locality metrics as for the whole trace, computed by replaying
+//! the range.
+//!
+//! Within a range: reads and writes are those of the range's accesses (a
+//! write between two reads belongs to the range of the read after it);
+//! line fetches are insertions into the working set inside the range;
+//! reuse distances are measured within the range (a line's first read in
+//! the range is cold). A function's total counts the reads and writes made
+//! while it was on the stack, recursion once.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::DecodeError;
+use crate::calltree::Inclusive;
+use crate::cursor::{ColumnCursor, Step};
+use crate::model::{Model, SiteCounts};
+use crate::reuse::{ReuseDistance, ReuseHistogram};
+use crate::symbols::Symbolizer;
+use crate::tables::{AccessRow, Grouping, group_accesses};
+use crate::working_set::{Departure, HashedLines, LineObserver, LineState};
+
+/// What a range's replay found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RangeStats {
+    /// First column.
+    pub from: u64,
+    /// One past the last column.
+    pub to: u64,
+    /// Reads (columns).
+    pub reads: u64,
+    /// Writes.
+    pub writes: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Lines inserted into the working set.
+    pub line_fetches: u64,
+    /// Mean bytes read per fetched line (of lines that left in the range).
+    pub mean_bytes_read_per_fetch: f64,
+    /// Mean distinct bytes read per fetched line.
+    pub mean_distinct_bytes_per_fetch: f64,
+    /// Distinct bytes per fetch / line size.
+    pub utilisation: f64,
+    /// Reuse distances within the range.
+    pub reuse: ReuseHistogram,
+    /// By function, most reads first.
+    pub by_function: Vec<AccessRow>,
+    /// By source line.
+    pub by_line: Vec<AccessRow>,
+}
+
+/// Counts lines entering and leaving.
+#[derive(Default)]
+struct Fetches {
+    inserted: u64,
+    left: u64,
+    bytes: u64,
+    distinct: u64,
+}
+
+impl LineObserver for Fetches {
+    fn inserted(&mut self, _: &mut LineState) {
+        self.inserted += 1;
+    }
+    fn departed(&mut self, d: Departure) {
+        self.left += 1;
+        self.bytes += u64::from(d.state.bytes_read);
+        self.distinct += u64::from(d.state.distinct_bytes());
+    }
+}
+
+/// Replays columns `[from, to)` of `model` and sums them. `progress(done,
+/// all)` may stop it by returning false.
+pub fn range_stats(
+    model: &Model,
+    symbols: &Symbolizer,
+    from: u64,
+    to: u64,
+    progress: &mut dyn FnMut(u64, u64) -> bool,
+) -> Result<RangeStats, DecodeError> {
+    let to = to.min(model.columns);
+    let from = from.min(to);
+    let line_size = model.line_size();
+    let mut cursor = ColumnCursor::<HashedLines>::with_calls(model, from)?;
+    let mut counts = vec![SiteCounts::default(); model.sites.len()];
+    let mut functions: HashMap<u64, Inclusive> = HashMap::new();
+    let mut fetches = Fetches::default();
+    let mut reuse = ReuseDistance::new();
+    let mut stats = RangeStats { from, to, ..RangeStats::default() };
+    let mut seen: Vec<u64> = Vec::new();
+    while cursor.column() < to {
+        let Some(step) = cursor.next_access(&mut fetches)? else { break };
+        let (thread, access) = match step {
+            Step::Read(r) => (r.thread, r.access),
+            Step::Write { thread, access } => (thread, access),
+        };
+        let c = &mut counts[access.site as usize];
+        let (first, last) = line_size.lines(access.addr, access.size);
+        if access.reads {
+            c.reads += 1;
+            c.bytes_read += access.size;
+            stats.reads += 1;
+            stats.bytes_read += access.size;
+            for line in first..=last {
+                reuse.access(line, 0);
+            }
+            if stats.reads % (1 << 16) == 0 && !progress(stats.reads, to - from) {
+                return Err(DecodeError::Cancelled);
+            }
+        }
+        if access.writes {
+            c.writes += 1;
+            stats.writes += 1;
+        }
+        // Every function on the stack, once (recursion).
+        seen.clear();
+        if let Some(calls) = cursor.calls() {
+            for f in calls.open_functions(thread) {
+                if !seen.contains(&f) {
+                    seen.push(f);
+                    let e = functions.entry(f).or_default();
+                    e.reads += u64::from(access.reads);
+                    e.writes += u64::from(access.writes);
+                }
+            }
+        }
+    }
+    stats.line_fetches = fetches.inserted;
+    if fetches.left > 0 {
+        stats.mean_bytes_read_per_fetch = fetches.bytes as f64 / fetches.left as f64;
+        stats.mean_distinct_bytes_per_fetch = fetches.distinct as f64 / fetches.left as f64;
+        stats.utilisation = stats.mean_distinct_bytes_per_fetch / f64::from(line_size.bytes());
+    }
+    stats.reuse = reuse.histogram().clone();
+    stats.by_function = group_accesses(&model.sites, &counts, functions.into_iter(), symbols, Grouping::Function);
+    stats.by_line = group_accesses(&model.sites, &counts, std::iter::empty(), symbols, Grouping::Line);
+    Ok(stats)
+}

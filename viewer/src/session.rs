@@ -1,0 +1,129 @@
+//! The trace being viewed: decoding it (on a thread of its own: it is one
+//! long job) with a live preview of the summary, and decoding it again when
+//! a setting that shapes the model changes, keeping the old model on screen
+//! meanwhile.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bevy::prelude::*;
+use decoder::model::{DecodeOptions, Model};
+use decoder::pyramid::Preview;
+use decoder::symbols::{SymbolPaths, Symbolizer};
+
+use crate::view::Viewport;
+
+/// A decoded trace, shared with background work.
+#[derive(Clone)]
+pub struct Loaded {
+    /// The model.
+    pub model: Arc<Model>,
+    /// Its symbols.
+    pub symbols: Arc<Symbolizer>,
+    /// Changes with every decoding: results of background work carry it.
+    pub generation: u32,
+    /// How long decoding took.
+    pub decode_time: Duration,
+}
+
+/// A decoding under way.
+pub struct Loading {
+    handle: JoinHandle<Result<Model, String>>,
+    /// The summary so far.
+    pub preview: Arc<Preview>,
+    /// Bytes of the file read so far.
+    pub bytes: Arc<AtomicU64>,
+    /// File size.
+    pub total_bytes: u64,
+    /// When it started.
+    pub started: Instant,
+    /// With what settings.
+    pub options: DecodeOptions,
+}
+
+/// The trace of this window.
+#[derive(Resource)]
+pub struct Session {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Settings the current (or coming) model is decoded with.
+    pub options: DecodeOptions,
+    /// Where modules and debug files are looked for.
+    pub symbol_paths: SymbolPaths,
+    /// The decoded trace, once there is one.
+    pub loaded: Option<Loaded>,
+    /// Decoding in progress.
+    pub loading: Option<Loading>,
+    /// Why decoding failed, if it did.
+    pub error: Option<String>,
+    generation: u32,
+}
+
+impl Session {
+    /// A session that starts decoding `path`.
+    pub fn open(path: PathBuf, options: DecodeOptions, symbol_paths: SymbolPaths) -> Session {
+        let mut s = Session { path, options, symbol_paths, loaded: None, loading: None, error: None, generation: 0 };
+        s.start();
+        s
+    }
+
+    /// Decodes again with `options` (a working-set setting changed).
+    pub fn redecode(&mut self, options: DecodeOptions) {
+        self.options = options;
+        self.start();
+    }
+
+    fn start(&mut self) {
+        let preview = Arc::new(Preview::default());
+        let bytes = Arc::new(AtomicU64::new(0));
+        let total_bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        let (path, options, p, b) = (self.path.clone(), self.options, preview.clone(), bytes.clone());
+        let handle = std::thread::Builder::new().name("linetrace-decode".into()).spawn(move || {
+            Model::decode_with_preview(&path, &options, &mut |done| b.store(done, Ordering::Relaxed), p)
+                .map_err(|e| decoder::symbols::error_chain(&e))
+        });
+        match handle {
+            Ok(handle) => {
+                self.loading = Some(Loading {
+                    handle,
+                    preview,
+                    bytes,
+                    total_bytes,
+                    started: Instant::now(),
+                    options: self.options,
+                })
+            }
+            Err(e) => self.error = Some(format!("cannot start decoding: {e}")),
+        }
+    }
+
+    /// Fraction of the file decoded, while decoding.
+    pub fn progress(&self) -> Option<f64> {
+        self.loading.as_ref().map(|l| l.bytes.load(Ordering::Relaxed) as f64 / l.total_bytes.max(1) as f64)
+    }
+}
+
+/// Takes in a finished decoding.
+pub fn poll_decoding(mut session: ResMut<Session>, mut view: ResMut<Viewport>) {
+    let finished = session.loading.as_ref().is_some_and(|l| l.handle.is_finished());
+    if !finished {
+        return;
+    }
+    let Some(loading) = session.loading.take() else { return };
+    let elapsed = loading.started.elapsed();
+    match loading.handle.join() {
+        Ok(Ok(model)) => {
+            session.generation += 1;
+            let symbols = Arc::new(Symbolizer::with_paths(&model.modules, session.symbol_paths.clone()));
+            view.set_extent(model.columns as f64, f64::from(model.metrics.max_rows.max(1)));
+            session.loaded =
+                Some(Loaded { model: Arc::new(model), symbols, generation: session.generation, decode_time: elapsed });
+            session.error = None;
+        }
+        Ok(Err(e)) => session.error = Some(e),
+        Err(_) => session.error = Some("decoding failed unexpectedly".to_string()),
+    }
+}

@@ -1,0 +1,1193 @@
+//! The window: drawn with egui every frame from what the background work
+//! last produced ([`crate::work`]), never waiting for it. The picture of a
+//! view stays on screen, stretched to the current view, until the picture
+//! of the current view arrives.
+
+use std::collections::HashSet;
+
+use bevy::prelude::*;
+use bevy_egui::{EguiContexts, egui};
+use decoder::calltree::Frame;
+use decoder::inspect::Inspection;
+use decoder::raster::{ColourBy, MERGED_FRAMES_COLOUR, Palette, frame_colour};
+use decoder::working_set::WorkingSetConfig;
+
+use crate::session::{Loaded, Session};
+use crate::view::{Selection, ViewCommand, Viewport};
+use crate::work::{self, RenderKey, Work};
+
+/// Height of the overview strip, the ruler and a flamegraph level (points).
+const OVERVIEW_H: f32 = 26.0;
+const RULER_H: f32 = 20.0;
+const BAR_H: f32 = 17.0;
+/// Width of the row-label gutter.
+const GUTTER_W: f32 = 170.0;
+
+/// Which highlight the pointer drives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Highlight {
+    /// None.
+    #[default]
+    Off,
+    /// X: the lines the read under the pointer's column touched.
+    Column,
+    /// Y: the columns that touched the line under the pointer.
+    Row,
+}
+
+/// How flamegraph bars are coloured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FrameColours {
+    /// A hue per function name.
+    #[default]
+    Function,
+    /// A hue per module.
+    Module,
+    /// Heat: share of the frame's reads made by itself.
+    SelfReads,
+}
+
+/// A point under the pointer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hover {
+    /// Column.
+    pub column: u64,
+    /// Bitmap row, when over the bitmap.
+    pub row: Option<usize>,
+    /// Flamegraph frame (index into the last picture's frames), when over one.
+    pub frame: Option<usize>,
+    /// Where to put the tooltip.
+    pub pos: egui::Pos2,
+}
+
+/// Search state (Ctrl+F).
+#[derive(Clone, Debug, Default)]
+pub struct Search {
+    /// The box is open.
+    pub open: bool,
+    /// What is searched for.
+    pub text: String,
+    /// Index of the current match among the matching frames.
+    pub current: Option<usize>,
+    /// The box wants focus.
+    focus: bool,
+}
+
+/// What the UI remembers between frames.
+#[derive(Resource)]
+pub struct UiState {
+    /// Highlight mode.
+    pub highlight: Highlight,
+    /// Bitmap colouring.
+    pub colour_by: ColourBy,
+    /// Anti-aliasing exponent.
+    pub alpha: f64,
+    /// Flamegraph colouring.
+    pub frame_colours: FrameColours,
+    /// Panels shown.
+    pub show_help: bool,
+    /// Settings panel.
+    pub show_settings: bool,
+    /// Statistics panel.
+    pub show_stats: bool,
+    /// Search.
+    pub search: Search,
+    /// Source view: (file, line).
+    pub source: Option<(String, u32)>,
+    /// Under the pointer now.
+    pub hover: Option<Hover>,
+    /// A point to treat as hovered (headless screenshots).
+    pub forced_hover: Option<(u64, Option<usize>)>,
+    /// Where a ruler drag started (a column).
+    drag_select: Option<f64>,
+    /// Working-set settings being edited.
+    edit: WorkingSetConfig,
+    bitmap: Option<(egui::TextureHandle, RenderKey)>,
+    preview: Option<(egui::TextureHandle, work::PreviewKey)>,
+    overview: Option<(egui::TextureHandle, (u32, u32, u32))>,
+}
+
+impl Default for UiState {
+    fn default() -> Self {
+        UiState {
+            highlight: Highlight::Column,
+            colour_by: ColourBy::BytesRead,
+            alpha: 1.0,
+            frame_colours: FrameColours::Function,
+            show_help: false,
+            show_settings: false,
+            show_stats: false,
+            search: Search::default(),
+            source: None,
+            hover: None,
+            forced_hover: None,
+            drag_select: None,
+            edit: WorkingSetConfig::default(),
+            bitmap: None,
+            preview: None,
+            overview: None,
+        }
+    }
+}
+
+/// What the UI showed this frame, for headless runs and tests: where things
+/// are on screen and what the tooltip says.
+#[derive(Resource, Default, Clone, Debug, serde::Serialize)]
+pub struct UiReport {
+    /// Flamegraph area: [left, top, right, bottom] in pixels.
+    pub flame: [f32; 4],
+    /// Bitmap area.
+    pub bitmap: [f32; 4],
+    /// Row-label gutter.
+    pub gutter: [f32; 4],
+    /// Visible columns.
+    pub columns: (f64, f64),
+    /// Visible rows.
+    pub rows: (f64, f64),
+    /// Tooltip lines shown (empty: none).
+    pub tooltip: Vec<String>,
+    /// Flamegraph bars drawn: (name, left, right, depth).
+    pub bars: Vec<(String, f32, f32, u32)>,
+    /// Row labels drawn: (label, first row, rows).
+    pub bands: Vec<(String, usize, usize)>,
+    /// The status line.
+    pub status: String,
+    /// Whether the bitmap on screen is the picture of the current view.
+    pub sharp: bool,
+    /// Whether the trace is decoded.
+    pub loaded: bool,
+    /// Render time of the last picture, milliseconds.
+    pub render_ms: f64,
+}
+
+fn c32(c: [f64; 3]) -> egui::Color32 {
+    let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
+    egui::Color32::from_rgb(q(c[0]), q(c[1]), q(c[2]))
+}
+
+fn rect4(r: egui::Rect, ppp: f32) -> [f32; 4] {
+    [r.left() * ppp, r.top() * ppp, r.right() * ppp, r.bottom() * ppp]
+}
+
+/// Short form of a count: 1.2k, 3.4M.
+fn short(n: f64) -> String {
+    let a = n.abs();
+    if a >= 1e9 {
+        format!("{:.1}G", n / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// The UI, once per frame.
+#[allow(clippy::too_many_arguments)]
+pub fn ui_system(
+    mut contexts: EguiContexts,
+    mut session: ResMut<Session>,
+    view: Res<Viewport>,
+    selection: Res<Selection>,
+    mut work: ResMut<Work>,
+    mut state: ResMut<UiState>,
+    mut commands: MessageWriter<ViewCommand>,
+    mut report: ResMut<UiReport>,
+    mut last_generation: Local<u32>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    work.poll();
+    let loaded = session.loaded.clone();
+    if let Some(l) = &loaded {
+        if l.generation != *last_generation {
+            *last_generation = l.generation;
+            work.clear();
+            state.bitmap = None;
+            state.overview = None;
+            state.edit = l.model.working_set.config;
+            work.names.want(l.model.call_tree.frames.iter().map(|f| f.function));
+        }
+        work.names.start(&l.symbols);
+    }
+    let ppp = ctx.pixels_per_point();
+    *report = UiReport { columns: view.columns, rows: view.rows, loaded: loaded.is_some(), ..UiReport::default() };
+    keyboard(&ctx, &mut state, &view, &work, loaded.as_ref(), &mut commands);
+
+    let mut root =
+        egui::Ui::new(ctx.clone(), "linetrace-root".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
+    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &view, &mut commands));
+    egui::Panel::bottom("status").show(&mut root, |ui| {
+        let text = status_text(&session, loaded.as_ref(), &view, &work);
+        ui.label(egui::RichText::new(&text).monospace().size(11.0));
+        report.status = text;
+    });
+    if state.search.open {
+        egui::Panel::top("search")
+            .show(&mut root, |ui| search_bar(ui, &mut state, &work, loaded.as_ref(), &mut commands));
+    }
+    if let (Some((file, line)), Some(l)) = (state.source.clone(), &loaded) {
+        work::want_source(&mut work, l, file, line);
+        egui::Panel::bottom("source")
+            .resizable(true)
+            .default_size(220.0)
+            .show(&mut root, |ui| source_view(ui, &mut state, &work));
+    }
+    if state.show_settings || state.show_stats {
+        egui::Panel::right("side").resizable(true).default_size(380.0).show(&mut root, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                if state.show_settings {
+                    settings(ui, &mut state, &mut session);
+                    ui.separator();
+                }
+                if state.show_stats {
+                    if let Some(l) = &loaded {
+                        work::want_stats(&mut work, l, selection.0);
+                    }
+                    stats(ui, &work, selection.0, &mut state);
+                }
+            });
+        });
+    }
+    egui::CentralPanel::default().show(&mut root, |ui| {
+        main_view(
+            ui,
+            &ctx,
+            &mut state,
+            &session,
+            loaded.as_ref(),
+            &view,
+            &selection,
+            &mut work,
+            &mut commands,
+            &mut report,
+            ppp,
+        );
+    });
+    if state.show_help {
+        help(&ctx, &mut state);
+    }
+    Ok(())
+}
+
+fn keyboard(
+    ctx: &egui::Context,
+    state: &mut UiState,
+    view: &Viewport,
+    work: &Work,
+    loaded: Option<&Loaded>,
+    commands: &mut MessageWriter<ViewCommand>,
+) {
+    let (ctrl_f, escape) =
+        ctx.input(|i| (i.modifiers.command && i.key_pressed(egui::Key::F), i.key_pressed(egui::Key::Escape)));
+    if ctrl_f {
+        state.search.open = true;
+        state.search.focus = true;
+    }
+    if escape {
+        state.search.open = false;
+        state.show_help = false;
+    }
+    if ctx.egui_wants_keyboard_input() {
+        return;
+    }
+    ctx.input(|i| {
+        let pressed = |k| i.key_pressed(k);
+        if pressed(egui::Key::A) || pressed(egui::Key::ArrowLeft) {
+            commands.write(ViewCommand::Pan(-0.1));
+        }
+        if pressed(egui::Key::D) || pressed(egui::Key::ArrowRight) {
+            commands.write(ViewCommand::Pan(0.1));
+        }
+        if pressed(egui::Key::W) || pressed(egui::Key::ArrowUp) {
+            commands.write(ViewCommand::Zoom { at: 0.5, factor: 0.8 });
+        }
+        if pressed(egui::Key::S) || pressed(egui::Key::ArrowDown) {
+            commands.write(ViewCommand::Zoom { at: 0.5, factor: 1.25 });
+        }
+        if pressed(egui::Key::Num0) {
+            commands.write(ViewCommand::Reset);
+        }
+        if i.events.iter().any(|e| matches!(e, egui::Event::Text(t) if t == "?")) {
+            state.show_help = !state.show_help;
+        }
+        if pressed(egui::Key::X) {
+            state.highlight = if state.highlight == Highlight::Column { Highlight::Off } else { Highlight::Column };
+        }
+        if pressed(egui::Key::Y) {
+            state.highlight = if state.highlight == Highlight::Row { Highlight::Off } else { Highlight::Row };
+        }
+        if pressed(egui::Key::F) && !i.modifiers.command {
+            if let Some(f) = hovered_frame(state, work) {
+                commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
+            }
+        }
+        if pressed(egui::Key::Enter) && state.search.open {
+            step_search(state, work, loaded, commands, if i.modifiers.shift { -1 } else { 1 });
+        }
+    });
+    let _ = view;
+}
+
+fn hovered_frame<'w>(state: &UiState, work: &'w Work) -> Option<&'w Frame> {
+    let i = state.hover?.frame?;
+    work.render.latest().and_then(|(_, r)| r.frames.get(i))
+}
+
+fn toolbar(ui: &mut egui::Ui, state: &mut UiState, view: &Viewport, commands: &mut MessageWriter<ViewCommand>) {
+    ui.horizontal(|ui| {
+        ui.strong("linetrace");
+        ui.separator();
+        if ui.button("Fit all (0)").clicked() {
+            commands.write(ViewCommand::Reset);
+        }
+        ui.toggle_value(&mut state.show_stats, "Stats");
+        ui.toggle_value(&mut state.show_settings, "Settings");
+        if ui.button("Search (Ctrl+F)").clicked() {
+            state.search.open = true;
+            state.search.focus = true;
+        }
+        ui.separator();
+        ui.label("highlight:");
+        ui.selectable_value(&mut state.highlight, Highlight::Column, "X column");
+        ui.selectable_value(&mut state.highlight, Highlight::Row, "Y row");
+        ui.selectable_value(&mut state.highlight, Highlight::Off, "off");
+        ui.separator();
+        ui.label("colour:");
+        egui::ComboBox::from_id_salt("colour-by").selected_text(colour_name(state.colour_by)).show_ui(ui, |ui| {
+            for c in [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age] {
+                ui.selectable_value(&mut state.colour_by, c, colour_name(c));
+            }
+        });
+        if ui.button("?").clicked() {
+            state.show_help = !state.show_help;
+        }
+        let _ = view;
+    });
+}
+
+fn colour_name(c: ColourBy) -> &'static str {
+    match c {
+        ColourBy::BytesRead => "bytes read",
+        ColourBy::DistinctBytes => "distinct bytes",
+        ColourBy::Age => "age",
+    }
+}
+
+fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work: &Work) -> String {
+    let file = session.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(e) = &session.error {
+        return format!("{file}: cannot show this trace: {e}");
+    }
+    let Some(l) = loaded else {
+        let p = session.progress().unwrap_or(0.0);
+        return format!("{file}: decoding… {:.0}%", 100.0 * p);
+    };
+    let m = &l.model;
+    let mut parts = vec![
+        file,
+        m.metadata.argv.join(" "),
+        format!("function {}", m.metadata.function.as_deref().unwrap_or("?")),
+        format!("{} reads", short(m.columns as f64)),
+        format!(
+            "view {}..{} ({:.1} col/px)",
+            view.columns.0 as u64,
+            view.columns.1 as u64,
+            view.width() / f64::from(work.render.latest().map(|(k, _)| k.size.0).unwrap_or(1).max(1))
+        ),
+    ];
+    if let Some(note) = m.status_note() {
+        parts.push(note);
+    }
+    let skipped = m.total.skipped_invocations;
+    if skipped > 0 {
+        parts.push(format!("{skipped} invocations on other threads not traced"));
+    }
+    if session.loading.is_some() {
+        parts.push(format!("re-decoding {:.0}%", 100.0 * session.progress().unwrap_or(0.0)));
+    }
+    if work.render.busy() {
+        parts.push("drawing…".to_string());
+    } else if let Some((_, r)) = work.render.latest() {
+        parts.push(format!("drawn in {} ms", r.took.as_millis()));
+    }
+    parts.join("  ·  ")
+}
+
+fn search_bar(
+    ui: &mut egui::Ui,
+    state: &mut UiState,
+    work: &Work,
+    loaded: Option<&Loaded>,
+    commands: &mut MessageWriter<ViewCommand>,
+) {
+    ui.horizontal(|ui| {
+        ui.label("Find frames:");
+        let r = ui.text_edit_singleline(&mut state.search.text);
+        if state.search.focus {
+            r.request_focus();
+            state.search.focus = false;
+        }
+        if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
+            let back = ui.input(|i| i.modifiers.shift);
+            step_search(state, work, loaded, commands, if back { -1 } else { 1 });
+            r.request_focus();
+        }
+        let matches = search_matches(state, work, loaded);
+        match state.search.current {
+            Some(i) if !matches.is_empty() => ui.label(format!("{} of {}", i + 1, matches.len())),
+            _ => ui.label(format!("{} matches (Enter: next, Shift+Enter: previous)", matches.len())),
+        };
+        if ui.button("close").clicked() {
+            state.search.open = false;
+        }
+    });
+}
+
+/// Stored frames whose function matches the search, in column order.
+fn search_matches<'m>(state: &UiState, work: &Work, loaded: Option<&'m Loaded>) -> Vec<&'m Frame> {
+    let (Some(l), false) = (loaded, state.search.text.is_empty()) else { return Vec::new() };
+    let entries = work.names.matching(&state.search.text);
+    l.model.call_tree.frames.iter().filter(|f| entries.contains(&f.function)).collect()
+}
+
+fn step_search(
+    state: &mut UiState,
+    work: &Work,
+    loaded: Option<&Loaded>,
+    commands: &mut MessageWriter<ViewCommand>,
+    step: isize,
+) {
+    let matches = search_matches(state, work, loaded);
+    if matches.is_empty() {
+        state.search.current = None;
+        return;
+    }
+    let n = matches.len() as isize;
+    let next = match state.search.current {
+        Some(i) => (i as isize + step).rem_euclid(n),
+        None => {
+            if step > 0 {
+                0
+            } else {
+                n - 1
+            }
+        }
+    } as usize;
+    state.search.current = Some(next);
+    let f = matches[next];
+    commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column.max(f.first_column + 1) as f64 });
+}
+
+fn settings(ui: &mut egui::Ui, state: &mut UiState, session: &mut Session) {
+    ui.heading("Settings");
+    ui.add(egui::Slider::new(&mut state.alpha, 0.05..=4.0).logarithmic(true).text("anti-aliasing alpha"));
+    ui.label(egui::RichText::new("below 1 keeps isolated accesses visible; above 1 filters them").small());
+    egui::ComboBox::from_label("frames coloured by")
+        .selected_text(match state.frame_colours {
+            FrameColours::Function => "function",
+            FrameColours::Module => "module",
+            FrameColours::SelfReads => "self reads",
+        })
+        .show_ui(ui, |ui| {
+            ui.selectable_value(&mut state.frame_colours, FrameColours::Function, "function");
+            ui.selectable_value(&mut state.frame_colours, FrameColours::Module, "module");
+            ui.selectable_value(&mut state.frame_colours, FrameColours::SelfReads, "self reads");
+        });
+    ui.separator();
+    ui.label("Working set (decodes the trace again):");
+    ui.add(egui::DragValue::new(&mut state.edit.max_age).range(1..=65536).prefix("max age "));
+    ui.add(egui::DragValue::new(&mut state.edit.max_rows).range(1..=65536).prefix("max rows "));
+    egui::ComboBox::from_label("line size").selected_text(format!("{} bytes", state.edit.line_size)).show_ui(
+        ui,
+        |ui| {
+            for s in [32, 64, 128] {
+                ui.selectable_value(&mut state.edit.line_size, s, format!("{s} bytes"));
+            }
+        },
+    );
+    let changed = state.edit != session.options.working_set;
+    if ui.add_enabled(changed && session.loading.is_none(), egui::Button::new("Apply")).clicked() {
+        let mut options = session.options;
+        options.working_set = state.edit;
+        session.redecode(options);
+    }
+}
+
+fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut UiState) {
+    match range {
+        Some((a, b)) => ui.heading(format!("Columns {a}..{b}")),
+        None => ui.heading("Whole trace"),
+    };
+    ui.label(egui::RichText::new("drag on the ruler to select a range").small());
+    let Some((_, s)) = work.stats.latest().filter(|(k, _)| k.1 == range) else {
+        ui.spinner();
+        return;
+    };
+    if let Some(r) = &s.range {
+        egui::Grid::new("range-metrics").show(ui, |ui| {
+            for (k, v) in [
+                ("reads", r.reads.to_string()),
+                ("writes", r.writes.to_string()),
+                ("line fetches", r.line_fetches.to_string()),
+                ("bytes read / fetch", format!("{:.1}", r.mean_bytes_read_per_fetch)),
+                ("utilisation", format!("{:.0}%", 100.0 * r.utilisation)),
+            ] {
+                ui.label(k);
+                ui.label(v);
+                ui.end_row();
+            }
+        });
+        let hist: Vec<String> = r
+            .reuse
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| format!("{}+: {n}", decoder::reuse::ReuseHistogram::bucket_start(k)))
+            .collect();
+        ui.label(format!("reuse distance: cold {}, {}", r.reuse.cold, hist.join(", ")));
+    }
+    for (title, rows) in [("by function", &s.by_function), ("by line", &s.by_line)] {
+        ui.separator();
+        ui.strong(title);
+        egui::Grid::new(title).striped(true).show(ui, |ui| {
+            ui.label("reads");
+            ui.label("total");
+            ui.label("writes");
+            ui.label("");
+            ui.end_row();
+            for row in rows.iter().take(25) {
+                ui.label(row.self_reads.to_string());
+                ui.label(row.total_reads.to_string());
+                ui.label(row.self_writes.to_string());
+                if ui.link(row.label()).clicked() && title == "by line" {
+                    if let Some((file, line)) = row.key.rsplit_once(':') {
+                        if let Ok(line) = line.parse() {
+                            state.source = Some((file.to_string(), line));
+                        }
+                    }
+                }
+                ui.end_row();
+            }
+        });
+    }
+}
+
+fn source_view(ui: &mut egui::Ui, state: &mut UiState, work: &Work) {
+    let Some((_, src)) = work.source.latest() else {
+        ui.spinner();
+        return;
+    };
+    ui.horizontal(|ui| {
+        ui.strong(&src.path);
+        if ui.button("close").clicked() {
+            state.source = None;
+        }
+    });
+    match &src.lines {
+        Err(e) => {
+            ui.label(e);
+        }
+        Ok(lines) => {
+            egui::ScrollArea::vertical().auto_shrink([false, false]).show(ui, |ui| {
+                for (i, text) in lines.iter().enumerate() {
+                    let n = i as u32 + 1;
+                    let (r, w) = src.counts.get(&n).copied().unwrap_or((0, 0));
+                    let gutter = if r + w > 0 { format!("{r:>8} {w:>8}") } else { format!("{:>17}", "") };
+                    let line = format!("{gutter} {n:>5}  {text}");
+                    let mut rich = egui::RichText::new(line).monospace().size(12.0);
+                    if n == src.line {
+                        rich = rich.background_color(egui::Color32::from_rgb(70, 70, 20));
+                    }
+                    let label = ui.label(rich);
+                    if n == src.line {
+                        label.scroll_to_me(Some(egui::Align::Center));
+                    }
+                }
+            });
+        }
+    }
+}
+
+fn help(ctx: &egui::Context, state: &mut UiState) {
+    egui::Window::new("Keys").collapsible(false).open(&mut state.show_help).show(ctx, |ui| {
+        egui::Grid::new("keys").show(ui, |ui| {
+            for (k, v) in [
+                ("wheel", "zoom at the pointer"),
+                ("drag", "pan"),
+                ("Shift+wheel", "scroll rows (over the flamegraph: its levels)"),
+                ("Ctrl+wheel", "zoom rows"),
+                ("W A S D / arrows", "zoom and pan"),
+                ("F / double-click", "fit the frame under the pointer"),
+                ("0", "whole trace"),
+                ("drag on the ruler", "select columns: statistics of the range"),
+                ("click", "source of the frame or read under the pointer"),
+                ("X / Y", "highlight: lines the read touched / reads of the line"),
+                ("Ctrl+F", "find frames; Enter / Shift+Enter cycles"),
+                ("?", "this help"),
+            ] {
+                ui.monospace(k);
+                ui.label(v);
+                ui.end_row();
+            }
+        });
+    });
+}
+
+/// The main view: overview strip, ruler, flamegraph, gutter and bitmap.
+#[allow(clippy::too_many_arguments)]
+fn main_view(
+    ui: &mut egui::Ui,
+    ctx: &egui::Context,
+    state: &mut UiState,
+    session: &Session,
+    loaded: Option<&Loaded>,
+    view: &Viewport,
+    selection: &Selection,
+    work: &mut Work,
+    commands: &mut MessageWriter<ViewCommand>,
+    report: &mut UiReport,
+    ppp: f32,
+) {
+    let full = ui.available_rect_before_wrap();
+    let painter = ui.painter_at(full);
+    let bg = c32(Palette::default().background);
+    painter.rect_filled(full, 0.0, bg);
+    let Some(l) = loaded else {
+        loading_view(ui, &painter, full, state, session, work, ppp);
+        return;
+    };
+    let model = &l.model;
+    if model.columns == 0 {
+        painter.text(
+            full.center(),
+            egui::Align2::CENTER_CENTER,
+            "this trace has no memory reads",
+            egui::FontId::proportional(16.0),
+            egui::Color32::LIGHT_GRAY,
+        );
+        return;
+    }
+    // Layout.
+    let overview = egui::Rect::from_min_size(
+        full.min + egui::vec2(GUTTER_W, 0.0),
+        egui::vec2(full.width() - GUTTER_W, OVERVIEW_H),
+    );
+    let ruler =
+        egui::Rect::from_min_size(overview.left_bottom() + egui::vec2(0.0, 2.0), egui::vec2(overview.width(), RULER_H));
+    let depth = work.render.latest().map(|(_, r)| decoder::calltree::height(&r.frames)).unwrap_or(1).max(1);
+    let room = ((full.bottom() - ruler.bottom()) * 0.4 / BAR_H).floor().max(2.0) as u32;
+    let levels = depth.min(room);
+    let flame = egui::Rect::from_min_size(
+        ruler.left_bottom() + egui::vec2(0.0, 2.0),
+        egui::vec2(ruler.width(), levels as f32 * BAR_H),
+    );
+    let bitmap =
+        egui::Rect::from_min_max(flame.left_bottom() + egui::vec2(0.0, 4.0), egui::pos2(full.right(), full.bottom()));
+    let gutter = egui::Rect::from_min_max(
+        egui::pos2(full.left(), bitmap.top()),
+        egui::pos2(bitmap.left() - 2.0, bitmap.bottom()),
+    );
+    report.flame = rect4(flame, ppp);
+    report.bitmap = rect4(bitmap, ppp);
+    report.gutter = rect4(gutter, ppp);
+    if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
+        return;
+    }
+    let x_of = |c: f64, r: egui::Rect| r.left() + (view.x_of(c) as f32) * r.width();
+    let column_at = |x: f32, r: egui::Rect| view.column_at(f64::from((x - r.left()) / r.width()));
+
+    // Ask for the picture of this view.
+    let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
+    let key = RenderKey {
+        generation: l.generation,
+        columns: view.columns,
+        rows: view.rows,
+        size,
+        alpha: state.alpha,
+        colour_by: state.colour_by,
+    };
+    work::want_render(work, l, key.clone());
+    work::want_overview(work, l, (overview.width() * ppp) as u32, (overview.height() * ppp) as u32);
+
+    // Overview strip with the visible range.
+    if let Some((k, img)) = work.overview.latest() {
+        if state.overview.as_ref().is_none_or(|(_, have)| have != k) {
+            let tex = ctx.load_texture("overview", img.clone(), egui::TextureOptions::LINEAR);
+            state.overview = Some((tex, *k));
+        }
+    }
+    if let Some((tex, _)) = &state.overview {
+        painter.image(
+            tex.id(),
+            overview,
+            egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+            egui::Color32::WHITE,
+        );
+    }
+    let total = model.columns as f64;
+    let vis = egui::Rect::from_x_y_ranges(
+        overview.left() + (view.columns.0 / total) as f32 * overview.width()
+            ..=overview.left() + (view.columns.1 / total) as f32 * overview.width(),
+        overview.y_range(),
+    );
+    painter.rect_stroke(vis, 0.0, egui::Stroke::new(1.5, egui::Color32::WHITE), egui::StrokeKind::Inside);
+    let ov = ui.interact(overview, ui.id().with("overview"), egui::Sense::click_and_drag());
+    if let Some(p) = ov.interact_pointer_pos().filter(|_| ov.clicked() || ov.dragged()) {
+        let c = f64::from((p.x - overview.left()) / overview.width()) * total;
+        let w = view.width();
+        commands.write(ViewCommand::Fit { from: c - w / 2.0, to: c + w / 2.0 });
+    }
+    painter.text(
+        full.min + egui::vec2(4.0, 6.0),
+        egui::Align2::LEFT_TOP,
+        "overview",
+        egui::FontId::proportional(11.0),
+        egui::Color32::GRAY,
+    );
+
+    // Ruler: ticks, and range selection by dragging.
+    draw_ruler(&painter, ruler, view);
+    let rr = ui.interact(ruler, ui.id().with("ruler"), egui::Sense::drag());
+    if rr.drag_started() {
+        state.drag_select = rr.interact_pointer_pos().map(|p| column_at(p.x, ruler));
+    }
+    if let (Some(start), Some(p)) = (state.drag_select, rr.interact_pointer_pos()) {
+        let now = column_at(p.x, ruler);
+        let (a, b) = (start.min(now), start.max(now));
+        painter.rect_filled(
+            egui::Rect::from_x_y_ranges(x_of(a, ruler)..=x_of(b, ruler), ruler.top()..=bitmap.bottom()),
+            0.0,
+            egui::Color32::from_rgba_unmultiplied(120, 160, 255, 40),
+        );
+        if rr.drag_stopped() {
+            state.drag_select = None;
+            commands.write(ViewCommand::Select(Some((a.max(0.0) as u64, b.max(0.0).ceil() as u64))));
+            state.show_stats = true;
+        }
+    }
+    if let Some((a, b)) = selection.0 {
+        let r = egui::Rect::from_x_y_ranges(
+            x_of(a as f64, ruler).max(ruler.left())..=x_of(b as f64, ruler).min(ruler.right()),
+            ruler.y_range(),
+        );
+        painter.rect_filled(r, 0.0, egui::Color32::from_rgba_unmultiplied(120, 160, 255, 110));
+    }
+
+    // Bitmap: the newest picture, placed where its columns are now.
+    if let Some((k, r)) = work.render.latest() {
+        if state.bitmap.as_ref().is_none_or(|(_, have)| have != k) {
+            let tex = ctx.load_texture("bitmap", r.image.clone(), egui::TextureOptions::NEAREST);
+            state.bitmap = Some((tex, k.clone()));
+        }
+        report.render_ms = r.took.as_secs_f64() * 1e3;
+    }
+    if let Some((tex, k)) = &state.bitmap {
+        report.sharp = *k == key;
+        let left = x_of(k.columns.0, bitmap);
+        let right = x_of(k.columns.1, bitmap);
+        let top = bitmap.top() + ((k.rows.0 - view.rows.0) / view.height()) as f32 * bitmap.height();
+        let bottom = bitmap.top() + ((k.rows.1 - view.rows.0) / view.height()) as f32 * bitmap.height();
+        let painter_b = ui.painter_at(bitmap);
+        painter_b.image(
+            tex.id(),
+            egui::Rect::from_min_max(egui::pos2(left, top), egui::pos2(right, bottom)),
+            egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+            egui::Color32::WHITE,
+        );
+    }
+
+    // Flamegraph bars of the newest picture.
+    let matches: HashSet<u64> = if state.search.open && !state.search.text.is_empty() {
+        work.names.matching(&state.search.text)
+    } else {
+        HashSet::new()
+    };
+    let mut hovered_frame = None;
+    let pointer = ctx.pointer_hover_pos();
+    if let Some((k, r)) = work.render.latest() {
+        let painter_f = ui.painter_at(flame);
+        let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
+        let bar_x =
+            |x: f64| -> f32 { x_of(k.columns.0 + x * (k.columns.1 - k.columns.0) / f64::from(k.size.0.max(1)), flame) };
+        work.names.want(r.bars.iter().filter_map(|b| b.frame).map(|i| r.frames[i].function));
+        for bar in &r.bars {
+            if bar.depth < scroll || bar.depth >= scroll + levels {
+                continue;
+            }
+            let (x0, x1) = (bar_x(bar.x0), bar_x(bar.x1));
+            if x1 < flame.left() || x0 > flame.right() {
+                continue;
+            }
+            let y0 = flame.top() + (bar.depth - scroll) as f32 * BAR_H;
+            let rect = egui::Rect::from_min_max(egui::pos2(x0, y0), egui::pos2(x1.max(x0 + 1.0), y0 + BAR_H - 1.0));
+            let frame = bar.frame.filter(|_| bar.frames == 1).map(|i| &r.frames[i]);
+            let name = frame.and_then(|f| work.names.get(f.function)).unwrap_or("");
+            let mut colour = match frame {
+                None => c32(MERGED_FRAMES_COLOUR),
+                Some(f) => frame_fill(state.frame_colours, f, name, &l.symbols),
+            };
+            if !matches.is_empty() {
+                if frame.is_some_and(|f| matches.contains(&f.function)) {
+                    colour = egui::Color32::from_rgb(255, 230, 60);
+                } else {
+                    colour = colour.gamma_multiply(0.3);
+                }
+            }
+            painter_f.rect_filled(rect, 1.0, colour);
+            if rect.width() > 28.0 && !name.is_empty() {
+                let chars = ((rect.width() - 6.0) / 6.6) as usize;
+                let label: String = if name.chars().count() <= chars {
+                    name.to_string()
+                } else {
+                    name.chars().take(chars.saturating_sub(1)).chain(['…']).collect()
+                };
+                painter_f.text(
+                    rect.left_center() + egui::vec2(3.0, 0.0),
+                    egui::Align2::LEFT_CENTER,
+                    &label,
+                    egui::FontId::monospace(11.0),
+                    egui::Color32::BLACK,
+                );
+            }
+            report.bars.push((name.to_string(), x0 * ppp, x1 * ppp, bar.depth));
+            if let (Some(p), Some(i)) = (pointer, bar.frame.filter(|_| bar.frames == 1)) {
+                if rect.contains(p) {
+                    hovered_frame = Some(i);
+                }
+            }
+        }
+    }
+
+    // Pointer: hover, drag to pan, wheel to zoom, click for source.
+    let main_rect = egui::Rect::from_min_max(flame.min, bitmap.max);
+    let response = ui.interact(main_rect, ui.id().with("main"), egui::Sense::click_and_drag());
+    if response.dragged() {
+        let d = response.drag_delta();
+        commands.write(ViewCommand::Pan(-f64::from(d.x / bitmap.width())));
+        if d.y.abs() > 0.0 && bitmap.contains(response.interact_pointer_pos().unwrap_or_default()) {
+            commands.write(ViewCommand::ScrollRows(-f64::from(d.y / bitmap.height())));
+        }
+    }
+    if response.hovered() {
+        let (scroll, mods) = ui.input(|i| (i.smooth_scroll_delta, i.modifiers));
+        if let Some(p) = pointer {
+            let dy = if scroll.y != 0.0 { scroll.y } else { scroll.x };
+            if dy != 0.0 {
+                let x = f64::from((p.x - bitmap.left()) / bitmap.width());
+                if mods.shift {
+                    if flame.contains(p) {
+                        commands.write(ViewCommand::ScrollFlame(-f64::from(dy) / 40.0));
+                    } else {
+                        commands.write(ViewCommand::ScrollRows(-f64::from(dy) / 400.0));
+                    }
+                } else if mods.command {
+                    let y = f64::from((p.y - bitmap.top()) / bitmap.height());
+                    commands.write(ViewCommand::ZoomRows { at: y, factor: (-f64::from(dy) * 0.003).exp() });
+                } else {
+                    commands.write(ViewCommand::Zoom { at: x, factor: (-f64::from(dy) * 0.003).exp() });
+                }
+            }
+        }
+    }
+    let hover = match state.forced_hover {
+        Some((column, row)) => {
+            let x = x_of(column as f64 + 0.5, bitmap);
+            let y = row.map_or(flame.center().y, |r| {
+                bitmap.top() + ((r as f64 + 0.5 - view.rows.0) / view.height()) as f32 * bitmap.height()
+            });
+            Some(Hover { column, row, frame: None, pos: egui::pos2(x, y) })
+        }
+        None => pointer.filter(|p| main_rect.contains(*p)).map(|p| {
+            let column = column_at(p.x, bitmap).floor().clamp(0.0, total - 1.0) as u64;
+            let row = bitmap
+                .contains(p)
+                .then(|| view.row_at(f64::from((p.y - bitmap.top()) / bitmap.height())).floor().max(0.0) as usize);
+            Hover { column, row, frame: hovered_frame, pos: p }
+        }),
+    };
+    state.hover = hover;
+    if let Some(h) = hover {
+        if h.frame.is_none() {
+            work::want_inspect(work, l, h.column, h.row);
+        }
+    }
+    if response.double_clicked() {
+        if let Some(f) = hovered_frame.and_then(|i| work.render.latest().and_then(|(_, r)| r.frames.get(i))) {
+            commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
+        }
+    } else if response.clicked() {
+        let target = match (hover.and_then(|h| h.frame), work.inspect.latest()) {
+            (Some(i), _) => {
+                work.render.latest().and_then(|(_, r)| r.frames.get(i)).map(|f| l.symbols.locate(f.function))
+            }
+            (None, Some((_, Ok(insp)))) => insp.access.as_ref().map(|a| l.symbols.locate(a.pc)),
+            _ => None,
+        };
+        if let Some(loc) = target {
+            if let (Some(file), Some(line)) = (&loc.file, loc.line) {
+                state.source = Some((file.clone(), line));
+            }
+        }
+    }
+
+    // Highlights.
+    let inspection = hover
+        .and_then(|h| work.inspect.result_for(&(l.generation, h.column, h.row)))
+        .and_then(|r| r.as_ref().ok())
+        .cloned();
+    let inspection = inspection.as_ref();
+    let painter_b = ui.painter_at(bitmap);
+    let row_y = |r: f64| bitmap.top() + ((r - view.rows.0) / view.height()) as f32 * bitmap.height();
+    let glow = egui::Color32::from_rgba_unmultiplied(255, 240, 80, 90);
+    if let Some(h) = hover {
+        let x = x_of(h.column as f64, bitmap);
+        painter.line_segment(
+            [egui::pos2(x, flame.top()), egui::pos2(x, bitmap.bottom())],
+            egui::Stroke::new(1.0, egui::Color32::from_white_alpha(90)),
+        );
+    }
+    if let (Highlight::Column, Some(i)) = (state.highlight, inspection) {
+        for &r in &i.rows_touched {
+            let rect = egui::Rect::from_x_y_ranges(
+                bitmap.x_range(),
+                row_y(r as f64)..=row_y(r as f64 + 1.0).max(row_y(r as f64) + 1.0),
+            );
+            painter_b.rect_filled(rect, 0.0, glow);
+        }
+    }
+    if let (Highlight::Row, Some(line)) = (state.highlight, inspection.and_then(|i| i.line.as_ref())) {
+        let (from, to) = (view.columns.0.max(0.0) as u64, (view.columns.1.ceil() as u64).min(model.columns));
+        work::want_touching(work, l, line.line, from, to);
+        if let Some((_, cols)) = work.touching.latest().filter(|(k, _)| k.1 == line.line) {
+            for &c in cols {
+                let x = x_of(c as f64, bitmap);
+                painter_b.line_segment(
+                    [egui::pos2(x, bitmap.top()), egui::pos2(x, bitmap.bottom())],
+                    egui::Stroke::new(1.0, glow),
+                );
+            }
+        }
+        let r = line.row as f64;
+        painter_b.rect_stroke(
+            egui::Rect::from_x_y_ranges(bitmap.x_range(), row_y(r)..=row_y(r + 1.0).max(row_y(r) + 1.0)),
+            0.0,
+            egui::Stroke::new(1.0, egui::Color32::YELLOW),
+            egui::StrokeKind::Outside,
+        );
+    }
+
+    // Gutter: what the rows hold, at the hovered column or the view's end.
+    let reference = hover.map(|h| h.column).unwrap_or(((view.columns.1 - 1.0).max(0.0) as u64).min(model.columns - 1));
+    work::want_bands(work, l, reference);
+    if let Some((_, bands)) = work.bands.latest() {
+        let painter_g = ui.painter_at(gutter);
+        for (k, b) in bands.iter().enumerate() {
+            let (y0, y1) = (row_y(b.first_row as f64), row_y((b.first_row + b.rows) as f64));
+            if y1 < gutter.top() || y0 > gutter.bottom() {
+                continue;
+            }
+            let shade = if k % 2 == 0 { egui::Color32::from_gray(38) } else { egui::Color32::from_gray(30) };
+            painter_g.rect_filled(egui::Rect::from_x_y_ranges(gutter.x_range(), y0..=y1.max(y0 + 1.0)), 0.0, shade);
+            if y1 - y0 >= 9.0 {
+                let text: String = b.label.chars().take(26).collect();
+                painter_g.text(
+                    egui::pos2(gutter.left() + 4.0, (y0 + y1) / 2.0),
+                    egui::Align2::LEFT_CENTER,
+                    text,
+                    egui::FontId::proportional(11.0),
+                    egui::Color32::LIGHT_GRAY,
+                );
+            }
+            report.bands.push((b.label.clone(), b.first_row, b.rows));
+        }
+    }
+
+    // Tooltip.
+    if let Some(h) = hover {
+        let lines = match h.frame.and_then(|i| work.render.latest().and_then(|(_, r)| r.frames.get(i))) {
+            Some(f) => frame_tooltip(f, l, &work.names),
+            None => match hover.and_then(|h| work.inspect.result_for(&(l.generation, h.column, h.row))) {
+                Some(Ok(i)) => inspection_tooltip(i),
+                Some(Err(e)) => vec![e.clone()],
+                None => vec![format!("column {} …", h.column)],
+            },
+        };
+        egui::Area::new(egui::Id::new("tooltip"))
+            .order(egui::Order::Tooltip)
+            .fixed_pos(h.pos + egui::vec2(14.0, 14.0))
+            .constrain(true)
+            .show(ctx, |ui| {
+                egui::Frame::popup(ui.style()).show(ui, |ui| {
+                    ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
+                    for (i, line) in lines.iter().enumerate() {
+                        if i == 0 {
+                            ui.strong(line);
+                        } else {
+                            ui.monospace(line);
+                        }
+                    }
+                });
+            });
+        report.tooltip = lines;
+    }
+}
+
+fn frame_fill(colours: FrameColours, f: &Frame, name: &str, symbols: &decoder::symbols::Symbolizer) -> egui::Color32 {
+    match colours {
+        FrameColours::Function if !name.is_empty() => c32(frame_colour(name)),
+        FrameColours::Function => c32(frame_colour(&format!("{:x}", f.function))),
+        FrameColours::Module => c32(frame_colour(&symbols.module_name_at(f.function).unwrap_or_default())),
+        FrameColours::SelfReads => {
+            let t = f.self_reads as f64 / f.total_reads.max(1) as f64;
+            c32([0.3 + 0.7 * t, 0.35 + 0.2 * (1.0 - t), 0.9 - 0.7 * t])
+        }
+    }
+}
+
+fn frame_tooltip(f: &Frame, l: &Loaded, names: &work::Names) -> Vec<String> {
+    let loc = l.symbols.locate(f.function);
+    let name = names.get(f.function).unwrap_or(&loc.function).to_string();
+    let invocations = l.model.call_tree.frames.iter().filter(|g| g.function == f.function).count();
+    let share = 100.0 * f.total_reads as f64 / l.model.columns.max(1) as f64;
+    vec![
+        name,
+        format!("{} ({})", loc.file_line(), loc.module.as_deref().unwrap_or("?")),
+        format!("reads  {} total, {} self ({share:.1}% of the trace)", f.total_reads, f.self_reads),
+        format!("writes {} total, {} self", f.total_writes, f.self_writes),
+        format!("columns {}..{}, {} frames of it stored", f.first_column, f.end_column, invocations),
+    ]
+}
+
+fn inspection_tooltip(i: &Inspection) -> Vec<String> {
+    let mut lines = Vec::new();
+    match &i.access {
+        Some(a) => {
+            lines.push(format!("{} at {}", a.function, a.file_line));
+            lines.push(format!("column {}: {} of {} bytes at {:#x}", i.column, a.kind, a.size, a.address));
+            let module = a.module.as_ref().and_then(|m| m.file_name()).map(|n| n.to_string_lossy().into_owned());
+            match (module, a.module_address) {
+                (Some(m), Some(addr)) => lines.push(format!("pc {:#x} ({m}+{addr:#x}), thread {}", a.pc, a.thread)),
+                _ => lines.push(format!("pc {:#x}, thread {}", a.pc, a.thread)),
+            }
+            for f in &a.inlined {
+                let file = f.file.as_deref().map(decoder::symbols::short_path).unwrap_or("??");
+                lines.push(format!(
+                    "  inlined {} at {file}:{}",
+                    f.function,
+                    f.line.map_or("??".into(), |l| l.to_string())
+                ));
+            }
+        }
+        None => lines.push(format!("column {}", i.column)),
+    }
+    if let Some(line) = &i.line {
+        lines.push(format!(
+            "line {:#x} (row {}): {} bytes read, {} distinct, age {}{}",
+            line.address,
+            line.row,
+            line.bytes_read,
+            line.distinct_bytes,
+            line.age,
+            if line.touched_here { ", read here" } else { "" }
+        ));
+    }
+    if let Some(b) = &i.allocation {
+        let freed = b.free_column.map_or("end".to_string(), |c| c.to_string());
+        lines.push(format!("block: {} of {} bytes at {:#x}", b.kind, b.size, b.address));
+        lines.push(format!("  from {}, live {}..{freed}", b.allocated_by, b.alloc_column));
+    }
+    if !i.frames.is_empty() {
+        let stack: Vec<&str> = i.frames.iter().map(|f| f.function.as_str()).collect();
+        lines.push(format!("stack: {}", stack.join(" > ")));
+    }
+    lines
+}
+
+fn draw_ruler(painter: &egui::Painter, ruler: egui::Rect, view: &Viewport) {
+    painter.rect_filled(ruler, 0.0, egui::Color32::from_gray(24));
+    let target = view.width() / f64::from((ruler.width() / 90.0).max(1.0));
+    let magnitude = 10f64.powf(target.max(1.0).log10().floor());
+    let step =
+        [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= target).unwrap_or(10.0 * magnitude).max(1.0);
+    let mut c = (view.columns.0 / step).ceil() * step;
+    while c < view.columns.1 {
+        let x = ruler.left() + (view.x_of(c) as f32) * ruler.width();
+        painter.line_segment(
+            [egui::pos2(x, ruler.bottom() - 6.0), egui::pos2(x, ruler.bottom())],
+            egui::Stroke::new(1.0, egui::Color32::GRAY),
+        );
+        painter.text(
+            egui::pos2(x + 2.0, ruler.top() + 2.0),
+            egui::Align2::LEFT_TOP,
+            short(c),
+            egui::FontId::proportional(10.0),
+            egui::Color32::GRAY,
+        );
+        c += step;
+    }
+}
+
+fn loading_view(
+    ui: &mut egui::Ui,
+    painter: &egui::Painter,
+    full: egui::Rect,
+    state: &mut UiState,
+    session: &Session,
+    work: &mut Work,
+    ppp: f32,
+) {
+    let ctx = ui.ctx().clone();
+    if let Some(e) = &session.error {
+        painter.text(
+            full.center(),
+            egui::Align2::CENTER_CENTER,
+            format!("cannot show this trace: {e}"),
+            egui::FontId::proportional(15.0),
+            egui::Color32::from_rgb(255, 140, 120),
+        );
+        return;
+    }
+    let Some(loading) = &session.loading else { return };
+    let progress = session.progress().unwrap_or(0.0);
+    let bar = egui::Rect::from_min_size(
+        full.min + egui::vec2(GUTTER_W, 8.0),
+        egui::vec2((full.width() - GUTTER_W - 8.0) * progress as f32, 6.0),
+    );
+    painter.rect_filled(bar, 2.0, egui::Color32::from_rgb(90, 140, 255));
+    painter.text(
+        full.min + egui::vec2(8.0, 4.0),
+        egui::Align2::LEFT_TOP,
+        format!("decoding {:.0}%", 100.0 * progress),
+        egui::FontId::proportional(12.0),
+        egui::Color32::LIGHT_GRAY,
+    );
+    let area = egui::Rect::from_min_max(full.min + egui::vec2(GUTTER_W, 24.0), full.max);
+    let size = ((area.width() * ppp) as u32, (area.height() * ppp) as u32);
+    let preview = loading.preview.state();
+    if !preview.blocks.is_empty() && size.0 > 8 && size.1 > 8 {
+        work::want_preview(work, preview, size, state.colour_by);
+    }
+    if let Some((k, p)) = work.preview.latest() {
+        if state.preview.as_ref().is_none_or(|(_, have)| have != k) {
+            state.preview = Some((ctx.load_texture("preview", p.image.clone(), egui::TextureOptions::NEAREST), *k));
+        }
+        if let Some((tex, _)) = &state.preview {
+            painter.image(
+                tex.id(),
+                area,
+                egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+                egui::Color32::WHITE,
+            );
+        }
+        painter.text(
+            area.min + egui::vec2(4.0, 4.0),
+            egui::Align2::LEFT_TOP,
+            format!("{} of about {} reads decoded", short(p.columns.0 as f64), short(p.columns.1 as f64)),
+            egui::FontId::proportional(11.0),
+            egui::Color32::GRAY,
+        );
+    }
+    ctx.request_repaint();
+}

@@ -1,0 +1,250 @@
+//! The visible part of a trace: a column range (x) and a row range of the
+//! bitmap (y), and the maths of zooming, panning and fitting. Plain data,
+//! no Bevy: the systems in [`crate::commands`] apply [`ViewCommand`]s to it.
+
+use bevy::prelude::*;
+
+/// Fewest columns a view shows (zooming in stops there).
+pub const MIN_COLUMNS: f64 = 8.0;
+/// Fewest rows a view shows.
+pub const MIN_ROWS: f64 = 4.0;
+
+/// What part of the trace is on screen.
+#[derive(Clone, Copy, Debug, PartialEq, Resource)]
+pub struct Viewport {
+    /// Visible columns `[start, end)`.
+    pub columns: (f64, f64),
+    /// Visible bitmap rows `[start, end)`.
+    pub rows: (f64, f64),
+    /// Columns in the trace.
+    pub total_columns: f64,
+    /// Rows the bitmap has (the working set's largest size).
+    pub total_rows: f64,
+    /// Flamegraph levels scrolled past at the top (deep stacks).
+    pub flame_scroll: f64,
+}
+
+impl Default for Viewport {
+    fn default() -> Self {
+        Viewport::whole(1.0, 1.0)
+    }
+}
+
+impl Viewport {
+    /// The whole trace.
+    pub fn whole(total_columns: f64, total_rows: f64) -> Viewport {
+        let total_columns = total_columns.max(1.0);
+        let total_rows = total_rows.max(1.0);
+        Viewport {
+            columns: (0.0, total_columns),
+            rows: (0.0, total_rows),
+            total_columns,
+            total_rows,
+            flame_scroll: 0.0,
+        }
+    }
+
+    /// Visible columns.
+    pub fn width(&self) -> f64 {
+        self.columns.1 - self.columns.0
+    }
+
+    /// Visible rows.
+    pub fn height(&self) -> f64 {
+        self.rows.1 - self.rows.0
+    }
+
+    /// The column at fraction `x` (0..1) of the width.
+    pub fn column_at(&self, x: f64) -> f64 {
+        self.columns.0 + x * self.width()
+    }
+
+    /// The row at fraction `y` (0..1) of the bitmap's height.
+    pub fn row_at(&self, y: f64) -> f64 {
+        self.rows.0 + y * self.height()
+    }
+
+    /// Where column `c` is, as a fraction of the width.
+    pub fn x_of(&self, c: f64) -> f64 {
+        (c - self.columns.0) / self.width()
+    }
+
+    /// Zooms by `factor` (< 1 zooms in) keeping the column at fraction `x`
+    /// of the width where it is.
+    pub fn zoom_at(&mut self, x: f64, factor: f64) {
+        let x = x.clamp(0.0, 1.0);
+        let anchor = self.column_at(x);
+        let width = (self.width() * factor).clamp(MIN_COLUMNS.min(self.total_columns), self.total_columns);
+        self.columns = (anchor - x * width, anchor - x * width + width);
+        self.clamp();
+    }
+
+    /// Zooms the rows by `factor` keeping the row at fraction `y` in place.
+    pub fn zoom_rows_at(&mut self, y: f64, factor: f64) {
+        let y = y.clamp(0.0, 1.0);
+        let anchor = self.row_at(y);
+        let height = (self.height() * factor).clamp(MIN_ROWS.min(self.total_rows), self.total_rows);
+        self.rows = (anchor - y * height, anchor - y * height + height);
+        self.clamp();
+    }
+
+    /// Moves by `dx` widths (positive: towards later columns).
+    pub fn pan(&mut self, dx: f64) {
+        let shift = dx * self.width();
+        self.columns = (self.columns.0 + shift, self.columns.1 + shift);
+        self.clamp();
+    }
+
+    /// Scrolls the rows by `dy` heights (positive: down, higher addresses).
+    pub fn scroll_rows(&mut self, dy: f64) {
+        let shift = dy * self.height();
+        self.rows = (self.rows.0 + shift, self.rows.1 + shift);
+        self.clamp();
+    }
+
+    /// Shows columns `[a, b)` (with a margin of `margin` widths each side).
+    pub fn fit(&mut self, a: f64, b: f64, margin: f64) {
+        let width = (b - a).max(MIN_COLUMNS.min(self.total_columns));
+        let pad = width * margin;
+        self.columns = (a - pad, a + width + pad);
+        self.clamp();
+    }
+
+    /// Back to the whole trace.
+    pub fn reset(&mut self) {
+        *self = Viewport::whole(self.total_columns, self.total_rows);
+    }
+
+    /// The trace's size changed (decoded anew, or more decoded).
+    pub fn set_extent(&mut self, total_columns: f64, total_rows: f64) {
+        let whole = self.columns == (0.0, self.total_columns);
+        let all_rows = self.rows == (0.0, self.total_rows);
+        self.total_columns = total_columns.max(1.0);
+        self.total_rows = total_rows.max(1.0);
+        if whole {
+            self.columns = (0.0, self.total_columns);
+        }
+        if all_rows {
+            self.rows = (0.0, self.total_rows);
+        }
+        self.clamp();
+    }
+
+    /// Keeps the view inside the trace, widths positive.
+    fn clamp(&mut self) {
+        let width = self.width().clamp(MIN_COLUMNS.min(self.total_columns), self.total_columns);
+        let start = self.columns.0.clamp(0.0, self.total_columns - width);
+        self.columns = (start, start + width);
+        let height = self.height().clamp(MIN_ROWS.min(self.total_rows), self.total_rows);
+        let top = self.rows.0.clamp(0.0, self.total_rows - height);
+        self.rows = (top, top + height);
+        self.flame_scroll = self.flame_scroll.max(0.0);
+    }
+}
+
+/// Something the user asked of the view.
+#[derive(Clone, Copy, Debug, PartialEq, Message)]
+pub enum ViewCommand {
+    /// Zoom by a factor around a point (fraction of the width).
+    Zoom {
+        /// Where, 0..1.
+        at: f64,
+        /// Width multiplier (< 1 zooms in).
+        factor: f64,
+    },
+    /// Zoom the rows around a point (fraction of the bitmap's height).
+    ZoomRows {
+        /// Where, 0..1.
+        at: f64,
+        /// Height multiplier.
+        factor: f64,
+    },
+    /// Pan by a fraction of the width.
+    Pan(f64),
+    /// Scroll the bitmap's rows by a fraction of its height.
+    ScrollRows(f64),
+    /// Scroll the flamegraph by levels.
+    ScrollFlame(f64),
+    /// Show a column range (a frame).
+    Fit {
+        /// First column.
+        from: f64,
+        /// One past the last.
+        to: f64,
+    },
+    /// Show everything.
+    Reset,
+    /// Select a column range for the statistics (`None` clears).
+    Select(Option<(u64, u64)>),
+}
+
+/// The columns the statistics are about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Resource)]
+pub struct Selection(pub Option<(u64, u64)>);
+
+/// Applies the view commands of this frame.
+pub fn apply_view_commands(
+    mut commands: MessageReader<ViewCommand>,
+    mut view: ResMut<Viewport>,
+    mut selection: ResMut<Selection>,
+) {
+    for command in commands.read() {
+        match *command {
+            ViewCommand::Zoom { at, factor } => view.zoom_at(at, factor),
+            ViewCommand::ZoomRows { at, factor } => view.zoom_rows_at(at, factor),
+            ViewCommand::Pan(dx) => view.pan(dx),
+            ViewCommand::ScrollRows(dy) => view.scroll_rows(dy),
+            ViewCommand::ScrollFlame(levels) => view.flame_scroll = (view.flame_scroll + levels).max(0.0),
+            ViewCommand::Fit { from, to } => view.fit(from, to, 0.02),
+            ViewCommand::Reset => view.reset(),
+            ViewCommand::Select(range) => {
+                selection.0 = range.map(|(a, b)| (a.min(b), a.max(b))).filter(|(a, b)| b > a);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zooming_keeps_the_point_under_the_cursor() {
+        let mut v = Viewport::whole(1000.0, 64.0);
+        let before = v.column_at(0.25);
+        v.zoom_at(0.25, 0.5);
+        assert_eq!(v.width(), 500.0);
+        assert!((v.column_at(0.25) - before).abs() < 1e-9);
+        v.zoom_at(0.25, 1e-9);
+        assert_eq!(v.width(), MIN_COLUMNS, "zooming in stops");
+        v.zoom_at(0.5, 1e9);
+        assert_eq!(v.columns, (0.0, 1000.0), "zooming out stops at the whole trace");
+    }
+
+    #[test]
+    fn panning_and_fitting_stay_inside_the_trace() {
+        let mut v = Viewport::whole(1000.0, 64.0);
+        v.zoom_at(0.0, 0.1);
+        v.pan(-3.0);
+        assert_eq!(v.columns, (0.0, 100.0));
+        v.pan(100.0);
+        assert_eq!(v.columns, (900.0, 1000.0));
+        v.fit(200.0, 300.0, 0.0);
+        assert_eq!(v.columns, (200.0, 300.0));
+        v.fit(990.0, 1000.0, 0.5);
+        assert_eq!(v.columns.1, 1000.0);
+        v.reset();
+        assert_eq!(v.columns, (0.0, 1000.0));
+    }
+
+    #[test]
+    fn rows_scroll_and_zoom() {
+        let mut v = Viewport::whole(10.0, 512.0);
+        v.zoom_rows_at(0.0, 0.25);
+        assert_eq!(v.rows, (0.0, 128.0));
+        v.scroll_rows(1.0);
+        assert_eq!(v.rows, (128.0, 256.0));
+        v.scroll_rows(10.0);
+        assert_eq!(v.rows, (384.0, 512.0));
+    }
+}

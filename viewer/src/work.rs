@@ -1,0 +1,336 @@
+//! What the viewer computes in the background, each kind a [`Job`] keyed by
+//! what it depends on: the picture of the current view (bitmap and
+//! flamegraph bars), the preview while decoding, the overview strip, what is
+//! under the pointer, the row labels, the columns touching a line, the
+//! statistics of the selection, a source file, and function names.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bevy::prelude::*;
+use bevy_egui::egui;
+use decoder::calltree::Frame;
+use decoder::inspect::{Inspection, Inspector, RowBand};
+use decoder::model::Model;
+use decoder::pyramid::PreviewState;
+use decoder::range::RangeStats;
+use decoder::raster::{BitmapView, ColourBy, FlameBar, Image, Palette, flame_bars, rasterize_bitmap_with_progress};
+use decoder::symbols::Symbolizer;
+use decoder::tables::{AccessRow, Grouping, access_table};
+
+use crate::jobs::{Cancel, Job};
+use crate::session::Loaded;
+
+/// What a picture of the view depends on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderKey {
+    /// Model generation.
+    pub generation: u32,
+    /// Columns shown.
+    pub columns: (f64, f64),
+    /// Rows shown.
+    pub rows: (f64, f64),
+    /// Bitmap size in pixels.
+    pub size: (u32, u32),
+    /// Anti-aliasing exponent.
+    pub alpha: f64,
+    /// Colouring.
+    pub colour_by: ColourBy,
+}
+
+/// A picture of a view.
+pub struct Rendered {
+    /// The bitmap.
+    pub image: egui::ColorImage,
+    /// The frames overlapping the view.
+    pub frames: Vec<Frame>,
+    /// Their bars, in pixels of the picture's width.
+    pub bars: Vec<FlameBar>,
+    /// How long it took.
+    pub took: Duration,
+}
+
+/// What the preview picture depends on: blocks decoded, size.
+pub type PreviewKey = (usize, u32, u32);
+
+/// A picture of the trace while it is decoded.
+pub struct PreviewPicture {
+    /// The bitmap of what is decoded so far, at the estimated full width.
+    pub image: egui::ColorImage,
+    /// Columns decoded so far, and the estimate of all.
+    pub columns: (u64, u64),
+}
+
+/// Statistics of a column range, or of the whole trace.
+pub struct Stats {
+    /// Replay results of the range (`None` for the whole trace).
+    pub range: Option<RangeStats>,
+    /// By function.
+    pub by_function: Vec<AccessRow>,
+    /// By source line.
+    pub by_line: Vec<AccessRow>,
+}
+
+/// A source file with per-line counts.
+pub struct SourceText {
+    /// Where it was looked for and found (or not).
+    pub path: String,
+    /// Its lines, or why there are none.
+    pub lines: Result<Vec<String>, String>,
+    /// Reads and writes by line number.
+    pub counts: HashMap<u32, (u64, u64)>,
+    /// The line to show.
+    pub line: u32,
+}
+
+/// Every background job of the viewer.
+#[derive(Resource, Default)]
+pub struct Work {
+    /// The current view's picture.
+    pub render: Job<RenderKey, Rendered>,
+    /// The picture while decoding.
+    pub preview: Job<PreviewKey, PreviewPicture>,
+    /// The overview strip: (generation, width, height).
+    pub overview: Job<(u32, u32, u32), egui::ColorImage>,
+    /// Under the pointer: (generation, column, row).
+    pub inspect: Job<(u32, u64, Option<usize>), Result<Inspection, String>>,
+    /// Row labels at a column: (generation, column).
+    pub bands: Job<(u32, u64), Vec<RowBand>>,
+    /// Columns touching a line: (generation, line, from, to).
+    pub touching: Job<(u32, u64, u64, u64), Vec<u64>>,
+    /// Statistics: (generation, range).
+    pub stats: Job<(u32, Option<(u64, u64)>), Stats>,
+    /// A source file: (generation, file, line).
+    pub source: Job<(u32, String, u32), SourceText>,
+    /// Function names by entry address.
+    pub names: Names,
+}
+
+impl Work {
+    /// Forgets everything computed for an older model.
+    pub fn clear(&mut self) {
+        self.render.clear();
+        self.overview.clear();
+        self.inspect.clear();
+        self.bands.clear();
+        self.touching.clear();
+        self.stats.clear();
+        self.source.clear();
+        self.names = Names::default();
+    }
+
+    /// Takes in whatever finished.
+    pub fn poll(&mut self) {
+        self.render.poll();
+        self.preview.poll();
+        self.overview.poll();
+        self.inspect.poll();
+        self.bands.poll();
+        self.touching.poll();
+        self.stats.poll();
+        self.source.poll();
+        self.names.poll();
+    }
+}
+
+fn to_egui(image: &Image) -> egui::ColorImage {
+    egui::ColorImage::from_rgba_unmultiplied([image.width as usize, image.height as usize], &image.rgba)
+}
+
+/// Starts the picture of `key`.
+pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey) {
+    let model = loaded.model.clone();
+    let k = key.clone();
+    work.render.want(key, move |cancel| render(&model, &k, &cancel));
+}
+
+fn render(model: &Model, key: &RenderKey, cancel: &Cancel) -> Option<Rendered> {
+    let started = Instant::now();
+    let (a, b) = key.columns;
+    let frames = model.frames_in(a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns)).ok()?;
+    let bars = flame_bars(&frames, key.columns, key.size.0);
+    let view = BitmapView {
+        columns: key.columns,
+        rows: key.rows,
+        width: key.size.0,
+        height: key.size.1,
+        alpha: key.alpha,
+        colour_by: key.colour_by,
+    };
+    let image = rasterize_bitmap_with_progress(model, &view, &Palette::default(), &mut |_, _| !cancel.is_set()).ok()?;
+    Some(Rendered { image: to_egui(&image), frames, bars, took: started.elapsed() })
+}
+
+/// Starts the preview picture of what is decoded so far.
+pub fn want_preview(work: &mut Work, state: PreviewState, size: (u32, u32), colour_by: ColourBy) {
+    let key = (state.blocks.len(), size.0, size.1);
+    work.preview.want(key, move |_| {
+        let done = state.blocks.len() as u64 * state.block_width;
+        let (read, total) = state.bytes;
+        // Columns are about proportional to bytes of the file.
+        let estimate = if read > 0 { (done as f64 * total as f64 / read as f64) as u64 } else { done }.max(done).max(1);
+        let rows = state.blocks.iter().map(Vec::len).max().unwrap_or(1).max(1) as f64;
+        let view = BitmapView {
+            columns: (0.0, estimate as f64),
+            rows: (0.0, rows),
+            width: size.0,
+            height: size.1,
+            alpha: 1.0,
+            colour_by,
+        };
+        let blocks: Vec<&[decoder::pyramid::SummaryCell]> = state.blocks.iter().map(Vec::as_slice).collect();
+        let image =
+            decoder::raster::rasterize_blocks(&blocks, state.block_width, done, &view, &Palette::default()).ok()?;
+        Some(PreviewPicture { image: to_egui(&image), columns: (done, estimate) })
+    });
+}
+
+/// Starts the overview strip: the whole trace, small.
+pub fn want_overview(work: &mut Work, loaded: &Loaded, width: u32, height: u32) {
+    let model = loaded.model.clone();
+    work.overview.want((loaded.generation, width, height), move |cancel| {
+        let view = BitmapView {
+            columns: (0.0, model.columns.max(1) as f64),
+            rows: (0.0, f64::from(model.metrics.max_rows.max(1))),
+            width,
+            height,
+            alpha: 0.6,
+            colour_by: ColourBy::BytesRead,
+        };
+        let image =
+            rasterize_bitmap_with_progress(&model, &view, &Palette::default(), &mut |_, _| !cancel.is_set()).ok()?;
+        Some(to_egui(&image))
+    });
+}
+
+/// Starts the inspection of a point.
+pub fn want_inspect(work: &mut Work, loaded: &Loaded, column: u64, row: Option<usize>) {
+    let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
+    work.inspect.want((loaded.generation, column, row), move |_| {
+        let result = Inspector::new(&model, &symbols).inspect(column, row);
+        // A row past the set's size at this column: still show the column.
+        let result = match result {
+            Err(_) if row.is_some() => Inspector::new(&model, &symbols).inspect(column, None),
+            other => other,
+        };
+        Some(result.map_err(|e| e.to_string()))
+    });
+}
+
+/// Starts the row labels at a column.
+pub fn want_bands(work: &mut Work, loaded: &Loaded, column: u64) {
+    let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
+    work.bands.want((loaded.generation, column), move |_| decoder::inspect::row_bands(&model, &symbols, column).ok());
+}
+
+/// Most columns scanned for the row highlight.
+pub const MAX_TOUCH_SCAN: u64 = 4_000_000;
+
+/// Starts finding the columns in `[from, to)` that touch `line`.
+pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to: u64) {
+    let model = loaded.model.clone();
+    let to = to.min(from.saturating_add(MAX_TOUCH_SCAN));
+    work.touching.want((loaded.generation, line, from, to), move |_| {
+        decoder::inspect::columns_touching(&model, line, from, to).ok()
+    });
+}
+
+/// Starts the statistics of a range (or the whole trace).
+pub fn want_stats(work: &mut Work, loaded: &Loaded, range: Option<(u64, u64)>) {
+    let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
+    work.stats.want((loaded.generation, range), move |cancel| {
+        Some(match range {
+            Some((a, b)) => {
+                let stats = decoder::range::range_stats(&model, &symbols, a, b, &mut |_, _| !cancel.is_set()).ok()?;
+                Stats { by_function: stats.by_function.clone(), by_line: stats.by_line.clone(), range: Some(stats) }
+            }
+            None => Stats {
+                range: None,
+                by_function: access_table(&model, &symbols, Grouping::Function),
+                by_line: access_table(&model, &symbols, Grouping::Line),
+            },
+        })
+    });
+}
+
+/// Starts loading a source file with its per-line counts.
+pub fn want_source(work: &mut Work, loaded: &Loaded, file: String, line: u32) {
+    let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
+    work.source
+        .want((loaded.generation, file.clone(), line), move |_| Some(load_source(&model, &symbols, &file, line)));
+}
+
+fn load_source(model: &Model, symbols: &Symbolizer, file: &str, line: u32) -> SourceText {
+    let mut counts: HashMap<u32, (u64, u64)> = HashMap::new();
+    for (site, c) in model.sites.iter().zip(&model.site_counts) {
+        if c.reads == 0 && c.writes == 0 {
+            continue;
+        }
+        let l = symbols.locate(site.pc);
+        if l.file.as_deref() == Some(file) {
+            if let Some(n) = l.line {
+                let e = counts.entry(n).or_default();
+                e.0 += c.reads;
+                e.1 += c.writes;
+            }
+        }
+    }
+    let lines = match std::fs::read_to_string(file) {
+        Ok(text) => Ok(text.lines().map(str::to_string).collect()),
+        Err(e) => Err(format!("cannot read {file}: {e} (looked at the path the debug info records)")),
+    };
+    SourceText { path: file.to_string(), lines, counts, line }
+}
+
+/// Function names by entry address, found in the background.
+#[derive(Default)]
+pub struct Names {
+    known: HashMap<u64, String>,
+    wanted: HashSet<u64>,
+    job: Job<u64, Vec<(u64, String)>>,
+    asked: u64,
+}
+
+impl Names {
+    /// The name of the function at `entry`, if known yet.
+    pub fn get(&self, entry: u64) -> Option<&str> {
+        self.known.get(&entry).map(String::as_str)
+    }
+
+    /// Asks for names of `entries` (those not known are looked up).
+    pub fn want(&mut self, entries: impl IntoIterator<Item = u64>) {
+        for e in entries {
+            if !self.known.contains_key(&e) {
+                self.wanted.insert(e);
+            }
+        }
+    }
+
+    /// Starts looking up what was asked for.
+    pub fn start(&mut self, symbols: &Arc<Symbolizer>) {
+        if self.wanted.is_empty() || self.job.busy() {
+            return;
+        }
+        let entries: Vec<u64> = self.wanted.drain().collect();
+        let symbols = symbols.clone();
+        self.asked += 1;
+        self.job.want(self.asked, move |_| {
+            Some(entries.iter().map(|&e| (e, symbols.locate(e).function.clone())).collect())
+        });
+    }
+
+    fn poll(&mut self) {
+        if self.job.poll() {
+            if let Some((_, names)) = self.job.latest() {
+                self.known.extend(names.iter().cloned());
+            }
+        }
+    }
+
+    /// Entries whose name contains `text` (case-insensitive).
+    pub fn matching(&self, text: &str) -> HashSet<u64> {
+        let text = text.to_lowercase();
+        self.known.iter().filter(|(_, n)| n.to_lowercase().contains(&text)).map(|(&e, _)| e).collect()
+    }
+}
