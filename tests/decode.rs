@@ -275,3 +275,82 @@ fn libc_frames_are_named_from_dynamic_symbols() {
     assert!(keys.contains(&"printf@plt"), "the PLT entry is named after its symbol: {keys:?}");
     assert!(!keys.iter().any(|k| k.starts_with("_init")), "PLT code is not attributed to _init: {keys:?}");
 }
+
+/// `linetrace at` names the same code as `addr2line -f -i -e MODULE ADDRESS`
+/// (binutils): the function, file and line of the read at a column, and
+/// every inlined frame, innermost first.
+#[test]
+fn at_agrees_with_addr2line() {
+    let trials = [
+        ("array_sweep", "work"),
+        ("matmul", "matmul_blocked"),
+        ("list_vs_array", "sum_list"),
+        ("string_ops", "gather"),
+        ("recursion", "fib"),
+    ];
+    let mut compared = 0;
+    let mut inlined_seen = 0;
+    for (example, function) in trials {
+        let bin = c_example(example, &[]);
+        let trace = trace_path(&format!("at-{function}"));
+        let child = if example == "recursion" {
+            let mut c = linetrace()
+                .args(["record", "--quiet", "-f", function, "-o"])
+                .arg(&trace)
+                .arg("--")
+                .arg(&bin)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn");
+            use std::io::Write as _;
+            c.stdin.take().expect("stdin").write_all(b"10\n").expect("stdin");
+            c.wait().expect("wait")
+        } else {
+            record(&bin, function, &[], &trace).status
+        };
+        assert!(child.success(), "{function}");
+        let columns = report(&trace)["columns"].as_u64().expect("columns");
+        for k in 0..6u64 {
+            let column = k * (columns - 1) / 5;
+            let out = linetrace().arg("at").arg(&trace).args(["--json", "--column", &column.to_string()]).output().expect("at");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let at: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            let a = &at["access"];
+            let (Some(module), Some(address)) = (a["module"].as_str(), a["module_address"].as_u64()) else {
+                panic!("{function} column {column}: no module address: {a}");
+            };
+            let oracle = std::process::Command::new("addr2line")
+                .args(["-f", "-i", "-e", module, &format!("{address:#x}")])
+                .output()
+                .expect("addr2line (binutils) runs");
+            let text = String::from_utf8_lossy(&oracle.stdout);
+            let lines: Vec<&str> = text.lines().collect();
+            let pairs: Vec<(&str, String)> = lines
+                .chunks(2)
+                .map(|p| {
+                    let loc = p.get(1).copied().unwrap_or("??:?");
+                    let loc = loc.split(" (discriminator").next().unwrap_or(loc);
+                    let (file, line) = loc.rsplit_once(':').unwrap_or((loc, "?"));
+                    let file = file.rsplit('/').next().unwrap_or(file);
+                    (p[0], format!("{file}:{line}"))
+                })
+                .collect();
+            let inlined = a["inlined"].as_array().expect("inlined");
+            assert_eq!(inlined.len() + 1, pairs.len(), "{function} column {column}: frames {inlined:?} vs {pairs:?}");
+            for (ours, theirs) in inlined.iter().zip(&pairs) {
+                let file = ours["file"].as_str().map(|f| f.rsplit('/').next().unwrap_or(f)).unwrap_or("??");
+                let here = format!("{file}:{}", ours["line"].as_u64().map_or("?".to_string(), |l| l.to_string()));
+                assert_eq!((ours["function"].as_str().unwrap_or("??"), here), (theirs.0, theirs.1.clone()), "{function} column {column}");
+            }
+            let innermost = &pairs[0].1;
+            let file = a["file"].as_str().map(|f| f.rsplit('/').next().unwrap_or(f)).unwrap_or("??");
+            assert_eq!(&format!("{file}:{}", a["line"]), innermost, "{function} column {column}: innermost location");
+            assert_eq!(a["function"].as_str(), Some(pairs[pairs.len() - 1].0), "{function} column {column}: function");
+            compared += 1;
+            inlined_seen += inlined.len();
+        }
+    }
+    assert_eq!(compared, 30);
+    assert!(inlined_seen > 0, "the gather's intrinsics are inlined frames");
+}

@@ -23,6 +23,7 @@
 //! ```
 
 pub mod jobs;
+pub mod search;
 pub mod session;
 pub mod ui;
 pub mod view;
@@ -183,6 +184,7 @@ impl Plugin for ViewerPlugin {
         let mut ui = UiState::default();
         if let Some(r) = &o.screenshot {
             ui.forced_hover = r.hover;
+            ui.ignore_pointer = true;
         }
         app.insert_resource(session)
             .insert_resource(StartView(o.columns))
@@ -191,11 +193,16 @@ impl Plugin for ViewerPlugin {
             .init_resource::<Selection>()
             .init_resource::<Work>()
             .init_resource::<UiReport>()
+            .init_resource::<search::SearchState>()
             .add_message::<ViewCommand>()
+            .add_message::<search::SearchCommand>()
             .add_systems(Startup, |mut c: Commands| {
                 c.spawn(Camera2d);
             })
-            .add_systems(Update, (session::poll_decoding, start_view, apply_view_commands).chain())
+            .add_systems(
+                Update,
+                (session::poll_decoding, start_view, search::apply_search_commands, apply_view_commands).chain(),
+            )
             .add_systems(EguiPrimaryContextPass, ui::ui_system);
     }
 }

@@ -70,6 +70,21 @@ impl Session {
         s
     }
 
+    /// A session over a model decoded already (tests, other tools).
+    pub fn from_model(path: PathBuf, model: Model, symbol_paths: SymbolPaths) -> Session {
+        let symbols = Arc::new(Symbolizer::with_paths(&model.modules, symbol_paths.clone()));
+        let options = DecodeOptions { working_set: model.working_set.config, ..DecodeOptions::default() };
+        Session {
+            path,
+            options,
+            symbol_paths,
+            loaded: Some(Loaded { model: Arc::new(model), symbols, generation: 1, decode_time: Duration::ZERO }),
+            loading: None,
+            error: None,
+            generation: 1,
+        }
+    }
+
     /// Decodes again with `options` (a working-set setting changed).
     pub fn redecode(&mut self, options: DecodeOptions) {
         self.options = options;

@@ -12,6 +12,7 @@ use decoder::inspect::Inspection;
 use decoder::raster::{ColourBy, MERGED_FRAMES_COLOUR, Palette, frame_colour};
 use decoder::working_set::WorkingSetConfig;
 
+use crate::search::{SearchCommand, SearchState};
 use crate::session::{Loaded, Session};
 use crate::view::{Selection, ViewCommand, Viewport};
 use crate::work::{self, RenderKey, Work};
@@ -60,19 +61,6 @@ pub struct Hover {
     pub pos: egui::Pos2,
 }
 
-/// Search state (Ctrl+F).
-#[derive(Clone, Debug, Default)]
-pub struct Search {
-    /// The box is open.
-    pub open: bool,
-    /// What is searched for.
-    pub text: String,
-    /// Index of the current match among the matching frames.
-    pub current: Option<usize>,
-    /// The box wants focus.
-    focus: bool,
-}
-
 /// What the UI remembers between frames.
 #[derive(Resource)]
 pub struct UiState {
@@ -90,14 +78,14 @@ pub struct UiState {
     pub show_settings: bool,
     /// Statistics panel.
     pub show_stats: bool,
-    /// Search.
-    pub search: Search,
     /// Source view: (file, line).
     pub source: Option<(String, u32)>,
     /// Under the pointer now.
     pub hover: Option<Hover>,
     /// A point to treat as hovered (headless screenshots).
     pub forced_hover: Option<(u64, Option<usize>)>,
+    /// Ignore the pointer (headless: the display's pointer is nobody's).
+    pub ignore_pointer: bool,
     /// Where a ruler drag started (a column).
     drag_select: Option<f64>,
     /// Working-set settings being edited.
@@ -117,10 +105,10 @@ impl Default for UiState {
             show_help: false,
             show_settings: false,
             show_stats: false,
-            search: Search::default(),
             source: None,
             hover: None,
             forced_hover: None,
+            ignore_pointer: false,
             drag_select: None,
             edit: WorkingSetConfig::default(),
             bitmap: None,
@@ -193,6 +181,7 @@ pub fn ui_system(
     mut work: ResMut<Work>,
     mut state: ResMut<UiState>,
     mut commands: MessageWriter<ViewCommand>,
+    (mut search, mut searches): (ResMut<SearchState>, MessageWriter<SearchCommand>),
     mut report: ResMut<UiReport>,
     mut last_generation: Local<u32>,
 ) -> Result {
@@ -212,19 +201,19 @@ pub fn ui_system(
     }
     let ppp = ctx.pixels_per_point();
     *report = UiReport { columns: view.columns, rows: view.rows, loaded: loaded.is_some(), ..UiReport::default() };
-    keyboard(&ctx, &mut state, &view, &work, loaded.as_ref(), &mut commands);
+    keyboard(&ctx, &mut state, &search, &work, &mut commands, &mut searches);
+    search.focus = false;
 
     let mut root =
         egui::Ui::new(ctx.clone(), "linetrace-root".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
-    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &view, &mut commands));
+    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &view, &mut commands, &mut searches));
     egui::Panel::bottom("status").show(&mut root, |ui| {
         let text = status_text(&session, loaded.as_ref(), &view, &work);
         ui.label(egui::RichText::new(&text).monospace().size(11.0));
         report.status = text;
     });
-    if state.search.open {
-        egui::Panel::top("search")
-            .show(&mut root, |ui| search_bar(ui, &mut state, &work, loaded.as_ref(), &mut commands));
+    if search.open {
+        egui::Panel::top("search").show(&mut root, |ui| search_bar(ui, &search, &work, loaded.as_ref(), &mut searches));
     }
     if let (Some((file, line)), Some(l)) = (state.source.clone(), &loaded) {
         work::want_source(&mut work, l, file, line);
@@ -254,6 +243,7 @@ pub fn ui_system(
             ui,
             &ctx,
             &mut state,
+            &search,
             &session,
             loaded.as_ref(),
             &view,
@@ -273,19 +263,18 @@ pub fn ui_system(
 fn keyboard(
     ctx: &egui::Context,
     state: &mut UiState,
-    view: &Viewport,
+    search: &SearchState,
     work: &Work,
-    loaded: Option<&Loaded>,
     commands: &mut MessageWriter<ViewCommand>,
+    searches: &mut MessageWriter<SearchCommand>,
 ) {
     let (ctrl_f, escape) =
         ctx.input(|i| (i.modifiers.command && i.key_pressed(egui::Key::F), i.key_pressed(egui::Key::Escape)));
     if ctrl_f {
-        state.search.open = true;
-        state.search.focus = true;
+        searches.write(SearchCommand::Open);
     }
     if escape {
-        state.search.open = false;
+        searches.write(SearchCommand::Close);
         state.show_help = false;
     }
     if ctx.egui_wants_keyboard_input() {
@@ -322,11 +311,10 @@ fn keyboard(
                 commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
             }
         }
-        if pressed(egui::Key::Enter) && state.search.open {
-            step_search(state, work, loaded, commands, if i.modifiers.shift { -1 } else { 1 });
+        if pressed(egui::Key::Enter) && search.open {
+            searches.write(SearchCommand::Step(if i.modifiers.shift { -1 } else { 1 }));
         }
     });
-    let _ = view;
 }
 
 fn hovered_frame<'w>(state: &UiState, work: &'w Work) -> Option<&'w Frame> {
@@ -334,7 +322,13 @@ fn hovered_frame<'w>(state: &UiState, work: &'w Work) -> Option<&'w Frame> {
     work.render.latest().and_then(|(_, r)| r.frames.get(i))
 }
 
-fn toolbar(ui: &mut egui::Ui, state: &mut UiState, view: &Viewport, commands: &mut MessageWriter<ViewCommand>) {
+fn toolbar(
+    ui: &mut egui::Ui,
+    state: &mut UiState,
+    view: &Viewport,
+    commands: &mut MessageWriter<ViewCommand>,
+    searches: &mut MessageWriter<SearchCommand>,
+) {
     ui.horizontal(|ui| {
         ui.strong("linetrace");
         ui.separator();
@@ -344,8 +338,7 @@ fn toolbar(ui: &mut egui::Ui, state: &mut UiState, view: &Viewport, commands: &m
         ui.toggle_value(&mut state.show_stats, "Stats");
         ui.toggle_value(&mut state.show_settings, "Settings");
         if ui.button("Search (Ctrl+F)").clicked() {
-            state.search.open = true;
-            state.search.focus = true;
+            searches.write(SearchCommand::Open);
         }
         ui.separator();
         ui.label("highlight:");
@@ -416,67 +409,37 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
 
 fn search_bar(
     ui: &mut egui::Ui,
-    state: &mut UiState,
+    search: &SearchState,
     work: &Work,
     loaded: Option<&Loaded>,
-    commands: &mut MessageWriter<ViewCommand>,
+    searches: &mut MessageWriter<SearchCommand>,
 ) {
     ui.horizontal(|ui| {
         ui.label("Find frames:");
-        let r = ui.text_edit_singleline(&mut state.search.text);
-        if state.search.focus {
+        let mut text = search.text.clone();
+        let r = ui.text_edit_singleline(&mut text);
+        if search.focus {
             r.request_focus();
-            state.search.focus = false;
+        }
+        if text != search.text {
+            searches.write(SearchCommand::Set(text));
         }
         if r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter)) {
             let back = ui.input(|i| i.modifiers.shift);
-            step_search(state, work, loaded, commands, if back { -1 } else { 1 });
+            searches.write(SearchCommand::Step(if back { -1 } else { 1 }));
             r.request_focus();
         }
-        let matches = search_matches(state, work, loaded);
-        match state.search.current {
-            Some(i) if !matches.is_empty() => ui.label(format!("{} of {}", i + 1, matches.len())),
-            _ => ui.label(format!("{} matches (Enter: next, Shift+Enter: previous)", matches.len())),
+        let count = loaded.map_or(0, |l| {
+            crate::search::matching_frames(&l.model.call_tree.frames, &work.names.matching(&search.text)).len()
+        });
+        match search.current {
+            Some(i) if count > 0 && !search.text.is_empty() => ui.label(format!("{} of {count}", i + 1)),
+            _ => ui.label(format!("{count} matches (Enter: next, Shift+Enter: previous)")),
         };
         if ui.button("close").clicked() {
-            state.search.open = false;
+            searches.write(SearchCommand::Close);
         }
     });
-}
-
-/// Stored frames whose function matches the search, in column order.
-fn search_matches<'m>(state: &UiState, work: &Work, loaded: Option<&'m Loaded>) -> Vec<&'m Frame> {
-    let (Some(l), false) = (loaded, state.search.text.is_empty()) else { return Vec::new() };
-    let entries = work.names.matching(&state.search.text);
-    l.model.call_tree.frames.iter().filter(|f| entries.contains(&f.function)).collect()
-}
-
-fn step_search(
-    state: &mut UiState,
-    work: &Work,
-    loaded: Option<&Loaded>,
-    commands: &mut MessageWriter<ViewCommand>,
-    step: isize,
-) {
-    let matches = search_matches(state, work, loaded);
-    if matches.is_empty() {
-        state.search.current = None;
-        return;
-    }
-    let n = matches.len() as isize;
-    let next = match state.search.current {
-        Some(i) => (i as isize + step).rem_euclid(n),
-        None => {
-            if step > 0 {
-                0
-            } else {
-                n - 1
-            }
-        }
-    } as usize;
-    state.search.current = Some(next);
-    let f = matches[next];
-    commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column.max(f.first_column + 1) as f64 });
 }
 
 fn settings(ui: &mut egui::Ui, state: &mut UiState, session: &mut Session) {
@@ -641,6 +604,7 @@ fn main_view(
     ui: &mut egui::Ui,
     ctx: &egui::Context,
     state: &mut UiState,
+    search: &SearchState,
     session: &Session,
     loaded: Option<&Loaded>,
     view: &Viewport,
@@ -799,13 +763,13 @@ fn main_view(
     }
 
     // Flamegraph bars of the newest picture.
-    let matches: HashSet<u64> = if state.search.open && !state.search.text.is_empty() {
-        work.names.matching(&state.search.text)
+    let matches: HashSet<u64> = if search.open && !search.text.is_empty() {
+        work.names.matching(&search.text)
     } else {
         HashSet::new()
     };
     let mut hovered_frame = None;
-    let pointer = ctx.pointer_hover_pos();
+    let pointer = ctx.pointer_hover_pos().filter(|_| !state.ignore_pointer);
     if let Some((k, r)) = work.render.latest() {
         let painter_f = ui.painter_at(flame);
         let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;

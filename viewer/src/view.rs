@@ -64,6 +64,15 @@ impl Viewport {
         self.rows.0 + y * self.height()
     }
 
+    /// The cell under a point: `x` a fraction of the width, `y` of the
+    /// bitmap's height (`None`: not over the bitmap). Columns and rows are
+    /// whole and inside the trace.
+    pub fn hit(&self, x: f64, y: Option<f64>) -> (u64, Option<usize>) {
+        let column = self.column_at(x).floor().clamp(0.0, self.total_columns - 1.0) as u64;
+        let row = y.map(|y| self.row_at(y).floor().clamp(0.0, self.total_rows - 1.0) as usize);
+        (column, row)
+    }
+
     /// Where column `c` is, as a fraction of the width.
     pub fn x_of(&self, c: f64) -> f64 {
         (c - self.columns.0) / self.width()
@@ -235,6 +244,17 @@ mod tests {
         assert_eq!(v.columns.1, 1000.0);
         v.reset();
         assert_eq!(v.columns, (0.0, 1000.0));
+    }
+
+    #[test]
+    fn hits_land_on_whole_cells_inside_the_trace() {
+        let mut v = Viewport::whole(376.0, 64.0);
+        assert_eq!(v.hit(0.0, Some(0.0)), (0, Some(0)));
+        assert_eq!(v.hit(100.5 / 376.0, Some(25.5 / 64.0)), (100, Some(25)));
+        assert_eq!(v.hit(1.0, Some(1.0)), (375, Some(63)), "the far edge is the last cell");
+        assert_eq!(v.hit(0.5, None), (188, None));
+        v.fit(100.0, 110.0, 0.0);
+        assert_eq!(v.hit(0.55, None), (105, None));
     }
 
     #[test]

@@ -298,6 +298,11 @@ impl Names {
         self.known.get(&entry).map(String::as_str)
     }
 
+    /// Records a name (as a lookup would).
+    pub fn insert(&mut self, entry: u64, name: String) {
+        self.known.insert(entry, name);
+    }
+
     /// Asks for names of `entries` (those not known are looked up).
     pub fn want(&mut self, entries: impl IntoIterator<Item = u64>) {
         for e in entries {
