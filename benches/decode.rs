@@ -16,49 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use decoder::model::{DecodeOptions, Model};
-use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
 
-fn write_trace(path: &Path, reads: u64) {
-    let file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
-    let mut w = TraceWriter::new(file, &Metadata::new("synthetic")).expect("header");
-    let sweep = w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 16, count: 1 });
-    let store = w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 16, count: 1 });
-    let table = w.add_site(Site { pc: 0x1010, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-    let t = 1;
-    w.push(t, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x7fff_0000 }).expect("push");
-    let array = 0x10_0000_0000u64;
-    let lut = 0x20_0000_0000u64;
-    let mut seed = 0x1234_5678u64;
-    for i in 0..reads {
-        if i % 64 == 0 {
-            w.push(t, &Event::Call { callsite: 0x1008, target: 0x2000, sp: 0x7ffe_fff8 }).expect("push");
-        }
-        if i % 8 == 7 {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            w.push(t, &Event::Access { site: table, addr: lut + ((seed >> 33) % 8192) * 8 }).expect("push");
-        } else {
-            let addr = array + (i * 16) % (1 << 20);
-            w.push(t, &Event::Access { site: sweep, addr }).expect("push");
-            if i % 4 == 0 {
-                w.push(t, &Event::Access { site: store, addr }).expect("push");
-            }
-        }
-        if i % 64 == 63 {
-            w.push(t, &Event::Return { sp: 0x7fff_0000 }).expect("push");
-        }
-    }
-    w.push(t, &Event::InvocationEnd { index: 0 }).expect("push");
-    w.finish(&Trailer::default()).expect("finish");
-}
-
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix("VmHWM:")?.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
+#[path = "common/mod.rs"]
+mod common;
+use common::{Pattern, peak_rss_kib, write_trace};
 
 /// Child mode: decode one file, print "seconds reads rss_kib".
 fn decode_child(path: &Path) {
@@ -71,7 +32,7 @@ fn decode_child(path: &Path) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--write-only") {
-        write_trace(Path::new(&args[i + 1]), args[i + 2].parse().expect("reads"));
+        write_trace(Path::new(&args[i + 1]), args[i + 2].parse().expect("reads"), Pattern::Sweep);
         return;
     }
     if let Some(i) = args.iter().position(|a| a == "--decode-child") {
@@ -88,7 +49,7 @@ fn main() {
     for &reads in &sizes {
         let path: PathBuf = dir.join(format!("linetrace-bench-{reads}-{}.lntrace", std::process::id()));
         let start = Instant::now();
-        write_trace(&path, reads);
+        write_trace(&path, reads, Pattern::Sweep);
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         eprintln!("wrote {reads} reads ({size} bytes) in {:.1}s", start.elapsed().as_secs_f64());
         // Median of three runs: the machine is noisy.

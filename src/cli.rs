@@ -277,6 +277,10 @@ pub struct ViewArgs {
     /// Columns A..B to show first.
     #[arg(long, value_name = "A..B", value_parser = parse_columns)]
     pub columns: Option<(u64, u64)>,
+    /// Measure: script a session (decode, pan, zoom steps), write timings
+    /// as JSON here and exit (`cargo bench --bench view` uses it).
+    #[arg(long, value_name = "JSON", conflicts_with = "screenshot")]
+    pub bench_json: Option<PathBuf>,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,

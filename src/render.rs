@@ -53,8 +53,8 @@ pub fn render(args: RenderArgs) -> Result<()> {
         colour_by: args.colour_by.into(),
     };
     let mut bar = LazyProgress::new("drawing");
-    let mut name = |pc: u64| symbols.locate(pc).function.clone();
-    let mut picture = decoder::raster::render(&model, &options, &mut name, &mut |done, total| {
+    let name = |pc: u64| symbols.locate(pc).function.clone();
+    let mut picture = decoder::raster::render(&model, &options, &name, &mut |done, total| {
         bar.update(done, total);
         true
     })?;

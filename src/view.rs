@@ -22,14 +22,16 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.columns = args.columns;
     options.screenshot =
         args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
+    options.bench = args.bench_json;
     run_viewer(options)
 }
 
-/// Runs the viewer, on a display of its own when there is none and only a
-/// screenshot is wanted.
+/// Runs the viewer, on a display of its own when there is none and it
+/// only draws offscreen (a screenshot, a measuring run).
 pub fn run_viewer(options: viewer::ViewerOptions) -> Result<()> {
     prepare_environment();
-    let _xvfb = if no_display() && options.screenshot.is_some() { Some(Xvfb::start(options.size)?) } else { None };
+    let offscreen = options.screenshot.is_some() || options.bench.is_some();
+    let _xvfb = if no_display() && offscreen { Some(Xvfb::start(options.size)?) } else { None };
     let shot = options.screenshot.as_ref().map(|s| s.path.clone());
     viewer::run(options).context("viewer")?;
     if let Some(path) = shot {

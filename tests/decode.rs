@@ -313,7 +313,12 @@ fn at_agrees_with_addr2line() {
         let columns = report(&trace)["columns"].as_u64().expect("columns");
         for k in 0..6u64 {
             let column = k * (columns - 1) / 5;
-            let out = linetrace().arg("at").arg(&trace).args(["--json", "--column", &column.to_string()]).output().expect("at");
+            let out = linetrace()
+                .arg("at")
+                .arg(&trace)
+                .args(["--json", "--column", &column.to_string()])
+                .output()
+                .expect("at");
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             let at: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
             let a = &at["access"];
@@ -341,7 +346,11 @@ fn at_agrees_with_addr2line() {
             for (ours, theirs) in inlined.iter().zip(&pairs) {
                 let file = ours["file"].as_str().map(|f| f.rsplit('/').next().unwrap_or(f)).unwrap_or("??");
                 let here = format!("{file}:{}", ours["line"].as_u64().map_or("?".to_string(), |l| l.to_string()));
-                assert_eq!((ours["function"].as_str().unwrap_or("??"), here), (theirs.0, theirs.1.clone()), "{function} column {column}");
+                assert_eq!(
+                    (ours["function"].as_str().unwrap_or("??"), here),
+                    (theirs.0, theirs.1.clone()),
+                    "{function} column {column}"
+                );
             }
             let innermost = &pairs[0].1;
             let file = a["file"].as_str().map(|f| f.rsplit('/').next().unwrap_or(f)).unwrap_or("??");

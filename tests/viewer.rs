@@ -99,7 +99,8 @@ fn the_classic_example_is_drawn_where_expected() {
     assert!(close(shot.pixel(left + 0.5 * cw, top + 1.5 * rh), bg, 4));
     assert!(!close(shot.pixel(left + 4.5 * cw, top + 1.5 * rh), bg, 4));
 
-    let tooltip: Vec<&str> = shot.state["tooltip"].as_array().expect("tooltip").iter().filter_map(|l| l.as_str()).collect();
+    let tooltip: Vec<&str> =
+        shot.state["tooltip"].as_array().expect("tooltip").iter().filter_map(|l| l.as_str()).collect();
     assert!(tooltip.first().is_some_and(|l| l.contains("array_sweep.c:7")), "{tooltip:?}");
     assert!(tooltip.iter().any(|l| l.contains("row 25")), "{tooltip:?}");
     // On screen: the tooltip's dark box over what is otherwise the green
@@ -134,15 +135,18 @@ fn an_allocation_band_is_where_the_block_is() {
         }
     }
     let (column, row, line) = inside.expect("some line inside a block");
-    let shot = shoot(&trace, &[]);
+    // The view ends at that column, so the gutter names the rows there.
+    let view_end = column + 1;
+    let shot = shoot(&trace, &["--columns", &format!("0..{view_end}")]);
     let [left, top, right, bottom] = shot.area("bitmap");
-    let (cw, rh) = ((right - left) / model.columns as f64, (bottom - top) / rows);
+    let (cw, rh) = ((right - left) / view_end as f64, (bottom - top) / rows);
     let got = shot.pixel(left + (column as f64 + 0.5) * cw, top + (row as f64 + 0.5) * rh);
     let config = model.working_set.config;
     let state = decoder::working_set::LineState {
         line: line.line,
         last_touch: 0,
         seq: 0,
+        last_column: 0,
         bytes_read: line.bytes_read,
         touched: if line.distinct_bytes >= 128 { u128::MAX } else { (1u128 << line.distinct_bytes) - 1 },
         spans: Default::default(),

@@ -13,7 +13,7 @@ use trace_rt::format::{FormatError, TraceReader};
 use crate::DecodeError;
 use crate::calltree::{CallTreeBuilder, apply_control};
 use crate::model::{Access, Model, access_of};
-use crate::working_set::{Departure, LineObserver, LineStore, WorkingSet};
+use crate::working_set::{Departure, HashedLines, LineObserver, LineStore, WorkingSet};
 
 /// One read column: the read, and the thread that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,19 +57,28 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
         let file = File::open(&model.trace_path).map_err(FormatError::from)?;
         let mut reader = TraceReader::new(BufReader::with_capacity(1 << 16, file))?;
         reader.seek_to_chunk(snap.chunk, &model.sites)?;
-        let mut cursor = ColumnCursor {
+        let config = model.working_set.config;
+        let calls = calls.then(|| CallTreeBuilder::resume(&snap.stacks));
+        if snap.column >= column {
+            let set = WorkingSet::restore(config, &snap.lines, snap.clock, snap.column);
+            return Ok(ColumnCursor { model, reader, set, calls, column: snap.column });
+        }
+        // Up to the column, replay with the hashed store (a sorted one
+        // shifts its rows on every miss), then take the rows' order once.
+        let mut walk = ColumnCursor::<'m, HashedLines> {
             model,
             reader,
-            set: WorkingSet::restore(model.working_set.config, &snap.lines, snap.clock),
-            calls: calls.then(|| CallTreeBuilder::resume(&snap.stacks)),
+            set: WorkingSet::restore(config, &snap.lines, snap.clock, snap.column),
+            calls,
             column: snap.column,
         };
-        while cursor.column < column {
-            if cursor.step(&mut |_: Departure| {})?.is_none() {
+        while walk.column < column {
+            if walk.step(&mut |_: Departure| {})?.is_none() {
                 break;
             }
         }
-        Ok(cursor)
+        let set = WorkingSet::restore(config, &walk.set.snapshot(), walk.set.clock(), walk.set.reads());
+        Ok(ColumnCursor { model, reader: walk.reader, set, calls: walk.calls, column: walk.column })
     }
 
     /// The column the next step yields.

@@ -47,14 +47,15 @@ use crate::lines::LineSize;
 use crate::pyramid::BitmapPyramid;
 use crate::reuse::ReuseHistogram;
 use crate::totals::Totals;
-use crate::working_set::{Departure, LineState, OrderedWorkingSet, SortedLines, WorkingSetConfig};
+use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, SortedLines, WorkingSetConfig};
 
 /// Version of this contract; bumped when a field changes meaning.
 /// 2: the bitmap summary, the allocation index, damage and exec, cursors.
 pub const MODEL_VERSION: u32 = 2;
 
-/// Most snapshots kept; beyond, every other one is dropped.
-pub const MAX_SNAPSHOTS: usize = 256;
+/// Most snapshots kept; beyond, every other one is dropped. A view of any
+/// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.
+pub const MAX_SNAPSHOTS: usize = 1024;
 
 /// How to decode.
 #[derive(Clone, Copy, Debug)]
@@ -262,11 +263,31 @@ impl Model {
     /// from the snapshot before `from` (frames still open at `to` end there
     /// and are marked unfinished).
     pub fn frames_in(&self, from: u64, to: u64) -> Result<Vec<Frame>, DecodeError> {
-        if self.call_tree.pruned_below == 0 {
+        self.frames_for_view(from, to, 0.0, &mut || true)
+    }
+
+    /// The call frames overlapping columns `[from, to)` that a view needs:
+    /// every frame at least `min_width` columns wide (a picture at `c`
+    /// columns per pixel needs those of `c` or more; narrower ones merge
+    /// into summary bars). The stored tree when it dropped only narrower
+    /// frames — no replay, whatever the range — else a replay of the range,
+    /// which `keep_going` may stop ([`DecodeError::Cancelled`]).
+    pub fn frames_for_view(
+        &self,
+        from: u64,
+        to: u64,
+        min_width: f64,
+        keep_going: &mut dyn FnMut() -> bool,
+    ) -> Result<Vec<Frame>, DecodeError> {
+        if self.call_tree.pruned_below as f64 <= min_width.max(0.0) {
             return Ok(self.call_tree.overlapping(from, to).cloned().collect());
         }
-        let mut cursor = ColumnCursor::<SortedLines>::with_calls(self, from)?;
+        // Only the frames are wanted: the cheaper hashed set does.
+        let mut cursor = ColumnCursor::<HashedLines>::with_calls(self, from)?;
         while cursor.column() < to {
+            if cursor.column() % (1 << 16) == 0 && !keep_going() {
+                return Err(DecodeError::Cancelled);
+            }
             if cursor.step(&mut |_: Departure| {})?.is_none() {
                 break;
             }

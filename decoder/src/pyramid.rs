@@ -9,12 +9,13 @@
 //! double in width (as the working-set snapshots do), so the summary of any
 //! trace stays within about 200 MB.
 
-use crate::spans::{CellMeans, Span, SpanRow};
+use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 
 /// Most cells (blocks x rows) level 0 keeps before its blocks double.
 pub const MAX_LEVEL0_CELLS: usize = 1 << 24;
-/// Width of level-0 blocks to start with: `2^12` columns.
-pub const FIRST_SHIFT: u32 = 12;
+/// Width of level-0 blocks to start with: `2^10` columns (they double for
+/// long traces).
+pub const FIRST_SHIFT: u32 = 10;
 
 /// One row of one block, quantized.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -115,28 +116,12 @@ impl Level {
     }
 }
 
-/// Two adjacent blocks as one: occupancy by width, colours by occupied
-/// cells.
+/// Two adjacent blocks as one ([`RowMerger`]).
 fn merge(a: &[SummaryCell], wa: f64, b: &[SummaryCell], wb: f64) -> Vec<SummaryCell> {
-    let rows = a.len().max(b.len());
-    (0..rows)
-        .map(|r| {
-            let ra = a.get(r).map(SummaryCell::row).unwrap_or_default();
-            let rb = b.get(r).map(SummaryCell::row).unwrap_or_default();
-            let (ma, mb) = (ra.occupancy * wa, rb.occupancy * wb);
-            let total = ma + mb;
-            let mix = |x: f64, y: f64| if total > 0.0 { (x * ma + y * mb) / total } else { 0.0 };
-            SummaryCell::from_row(&SpanRow {
-                occupancy: total / (wa + wb).max(1.0),
-                means: CellMeans {
-                    fresh: mix(ra.means.fresh, rb.means.fresh),
-                    fresh_bytes: mix(ra.means.fresh_bytes, rb.means.fresh_bytes),
-                    fresh_distinct: mix(ra.means.fresh_distinct, rb.means.fresh_distinct),
-                    tint: mix(ra.means.tint, rb.means.tint),
-                },
-            })
-        })
-        .collect()
+    let mut merger = RowMerger::default();
+    merger.add(a.iter().map(SummaryCell::row), wa);
+    merger.add(b.iter().map(SummaryCell::row), wb);
+    merger.finish().iter().map(SummaryCell::from_row).collect()
 }
 
 /// The summary: level 0 finest.
@@ -189,6 +174,11 @@ impl Preview {
     /// The state now.
     pub fn state(&self) -> PreviewState {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Blocks decoded so far (cheap: no copy).
+    pub fn blocks(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).blocks.len()
     }
 
     /// Columns decoded so far.
@@ -295,8 +285,9 @@ mod tests {
         b.push(&span(&[1.0, 1.0], 1.0));
         b.push(&span(&[1.0], 0.0));
         b.push(&span(&[0.5], 1.0));
-        // Three blocks of 4096, the last one 1024 columns wide.
-        let p = b.finish(4096 * 2 + 1024);
+        // Three level-0 blocks, the last one a quarter as wide.
+        let width = 1u64 << FIRST_SHIFT;
+        let p = b.finish(width * 2 + width / 4);
         assert_eq!(p.levels.len(), 3);
         let l1 = &p.levels[1];
         assert_eq!(l1.blocks(), 2);
@@ -307,8 +298,9 @@ mod tests {
         assert!((top[0].row().means.fresh - 0.5).abs() < 0.003, "fresh 1 and 0 in equal parts");
         let last = l1.block(1);
         assert!((last[0].row().occupancy - 0.5).abs() < 1e-4, "the short block keeps its own width");
-        assert_eq!(p.level_for(5000.0).map(|l| l.shift), Some(12));
-        assert_eq!(p.level_for(9000.0).map(|l| l.shift), Some(13));
-        assert!(p.level_for(100.0).is_none());
+        let w = width as f64;
+        assert_eq!(p.level_for(w * 1.2).map(|l| l.shift), Some(FIRST_SHIFT));
+        assert_eq!(p.level_for(w * 2.2).map(|l| l.shift), Some(FIRST_SHIFT + 1));
+        assert!(p.level_for(w / 40.0).is_none());
     }
 }

@@ -36,7 +36,7 @@ use crate::calltree::Frame;
 use crate::cursor::ColumnCursor;
 use crate::model::Model;
 use crate::pyramid::SummaryCell;
-use crate::spans::{CellMeans, SpanAccumulator, SpanRow};
+use crate::spans::{CellMeans, RowMerger, SpanAccumulator, SpanRow};
 use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, SortedLines};
 
 /// An RGB colour with components in `[0, 1]`.
@@ -55,7 +55,33 @@ pub enum ColourBy {
     DistinctBytes,
     /// Age only: bright when just touched, fading.
     Age,
+    /// The function whose read touched the line last, in the colour of its
+    /// flamegraph frame, fading with age.
+    Function,
+    /// The allocation site of the block holding the line (the colour of
+    /// the allocating function's frame); lines outside blocks are grey.
+    Allocation,
 }
+
+impl ColourBy {
+    /// Whether colours are categories (function, allocation site): those do
+    /// not average into sums, so such views are drawn exactly.
+    pub fn is_category(self) -> bool {
+        matches!(self, ColourBy::Function | ColourBy::Allocation)
+    }
+}
+
+/// Most columns a view coloured by a category covers: it is drawn exactly,
+/// which replays the whole range.
+pub const MAX_CATEGORY_COLUMNS: u64 = 4_000_000;
+
+/// Names the function holding an address (a frame's entry, an allocation's
+/// call site): colouring by category gives a cell the colour of that name's
+/// flamegraph frame ([`frame_colour`]).
+pub type FunctionNames<'a> = &'a dyn Fn(u64) -> String;
+
+/// Colour of lines outside any recorded block when colouring by allocation.
+const NO_CATEGORY: Colour = [0.42, 0.42, 0.46];
 
 /// Colours of the picture.
 #[derive(Clone, Copy, Debug)]
@@ -100,10 +126,20 @@ impl Palette {
                 ColourBy::BytesRead => bg[k] + m.fresh * (a[k] - bg[k]) + m.fresh_bytes * (b[k] - a[k]),
                 ColourBy::DistinctBytes => bg[k] + m.fresh * (a[k] - bg[k]) + m.fresh_distinct * (b[k] - a[k]),
                 ColourBy::Age => bg[k] + m.fresh * (self.touched[k] - bg[k]),
+                // Categories are drawn cell by cell ([`category_colour`]);
+                // summed cells can only show their freshness.
+                ColourBy::Function | ColourBy::Allocation => bg[k] + m.fresh * (NO_CATEGORY[k] - bg[k]),
             };
         }
         lerp(c, self.allocation, self.allocation_strength * m.tint.clamp(0.0, 1.0))
     }
+}
+
+/// Colour of a cell of category colour `category` (`None`: no category)
+/// and freshness `fresh`: dims towards the background as the line ages,
+/// never below a quarter so old lines keep their hue.
+pub fn category_colour(palette: &Palette, category: Option<Colour>, fresh: f64) -> Colour {
+    lerp(palette.background, category.unwrap_or(NO_CATEGORY), 0.25 + 0.75 * fresh.clamp(0.0, 1.0))
 }
 
 /// Colour of one working-set cell (bytes-read colouring, no tint).
@@ -149,7 +185,8 @@ impl Coverage {
 
     /// The pixel colour.
     pub fn resolve(&self, background: Colour, alpha: f64) -> Colour {
-        let b = (1.0 - self.sum_f).max(0.0).powf(alpha);
+        let uncovered = (1.0 - self.sum_f).max(0.0);
+        let b = if alpha == 1.0 { uncovered } else { uncovered.powf(alpha) };
         let denominator = self.sum_weight + b;
         if denominator <= 0.0 {
             return background;
@@ -254,6 +291,31 @@ fn overlap(a: f64, b: f64, p: f64) -> f64 {
     (b.min(p + 1.0) - a.max(p)).max(0.0)
 }
 
+/// The pixel rows a bitmap row covers, with the fraction of each.
+struct PixelRows {
+    y0: f64,
+    y1: f64,
+    next: usize,
+    end: usize,
+}
+
+impl Iterator for PixelRows {
+    type Item = (usize, f64);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, f64)> {
+        while self.next < self.end {
+            let py = self.next;
+            self.next += 1;
+            let f = overlap(self.y0, self.y1, py as f64);
+            if f > 0.0 {
+                return Some((py, f));
+            }
+        }
+        None
+    }
+}
+
 /// Accumulates cells into pixel coverage for one view.
 struct CoverageGrid<'v> {
     view: &'v BitmapView,
@@ -280,13 +342,13 @@ impl<'v> CoverageGrid<'v> {
     }
 
     /// Pixel rows covered by `row`, with the fraction of each covered.
-    fn pixel_rows(&self, row: usize) -> impl Iterator<Item = (usize, f64)> {
+    fn pixel_rows(&self, row: usize) -> PixelRows {
         let r0 = self.view.rows.0;
         let y0 = (row as f64 - r0) / self.rh;
         let y1 = (row as f64 + 1.0 - r0) / self.rh;
         let first = y0.floor().max(0.0) as usize;
         let end = (y1.ceil().max(0.0) as usize).min(self.view.height as usize);
-        (first..end).map(move |py| (py, overlap(y0, y1, py as f64))).filter(|&(_, f)| f > 0.0)
+        PixelRows { y0, y1, next: first, end }
     }
 
     /// Rows of the bitmap that can show in the view.
@@ -305,7 +367,6 @@ impl<'v> CoverageGrid<'v> {
         let x1 = (end as f64 - a) / self.cw;
         let px_first = x0.floor().max(0.0) as usize;
         let px_end = (x1.ceil().max(0.0) as usize).min(w);
-        let rows: Vec<(usize, f64)> = self.pixel_rows(row).collect();
         for px in px_first..px_end {
             // The run's columns that fall into this pixel.
             let pixel_lo = a + px as f64 * self.cw;
@@ -319,7 +380,7 @@ impl<'v> CoverageGrid<'v> {
             let last = (hi.ceil() as u64).saturating_sub(1);
             let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / self.cw;
             let interior = last.saturating_sub(first).saturating_sub(1);
-            for &(py, fy) in &rows {
+            for (py, fy) in self.pixel_rows(row) {
                 let cell = &mut self.acc[py * w + px];
                 cell.add(cover(first) * fy, colour, self.view.alpha);
                 if last > first {
@@ -343,9 +404,9 @@ impl<'v> CoverageGrid<'v> {
                 continue;
             }
             let colour = palette.colour(self.view.colour_by, &row.means);
-            let pixel_rows: Vec<(usize, f64)> = self.pixel_rows(r).collect();
-            for (py, fy) in pixel_rows {
-                self.acc[py * w + px].add_many(cells, fy / self.cw, colour, self.view.alpha);
+            let (cw, alpha) = (self.cw, self.view.alpha);
+            for (py, fy) in self.pixel_rows(r) {
+                self.acc[py * w + px].add_many(cells, fy / cw, colour, alpha);
             }
         }
     }
@@ -368,18 +429,31 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64, u64) -> bool;
 /// Rasterises the working-set bitmap for `view`, the best way for its
 /// scale (see the module documentation).
 pub fn rasterize_bitmap(model: &Model, view: &BitmapView, palette: &Palette) -> Result<Image, DecodeError> {
-    rasterize_bitmap_with_progress(model, view, palette, &mut |_, _| true)
+    rasterize_bitmap_with_progress(model, view, palette, &|pc| format!("{pc:#x}"), &mut |_, _| true)
 }
 
-/// [`rasterize_bitmap`] with progress and cancellation.
+/// [`rasterize_bitmap`] with progress and cancellation; `names` names
+/// functions for colouring by category.
 pub fn rasterize_bitmap_with_progress(
     model: &Model,
     view: &BitmapView,
     palette: &Palette,
+    names: FunctionNames<'_>,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
     let cw = view.columns_per_pixel();
-    if cw <= EXACT_COLUMNS_PER_PIXEL {
+    if view.colour_by.is_category() {
+        let wide = (view.columns.1 - view.columns.0).max(0.0);
+        if wide > MAX_CATEGORY_COLUMNS as f64 {
+            return Err(DecodeError::InvalidSetting(format!(
+                "colouring by {} draws every column: views of at most {} columns (this one has {}); zoom in",
+                if view.colour_by == ColourBy::Function { "function" } else { "allocation" },
+                MAX_CATEGORY_COLUMNS,
+                wide as u64
+            )));
+        }
+        rasterize_exact_with(model, view, palette, names, progress)
+    } else if cw <= EXACT_COLUMNS_PER_PIXEL {
         rasterize_exact(model, view, palette, progress)
     } else if model.pyramid.level_for(cw).is_some() {
         rasterize_from_summary(model, view, palette)
@@ -405,6 +479,17 @@ pub fn rasterize_exact(
     palette: &Palette,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
+    rasterize_exact_with(model, view, palette, &|pc| format!("{pc:#x}"), progress)
+}
+
+/// [`rasterize_exact`], naming functions for colouring by category.
+fn rasterize_exact_with(
+    model: &Model,
+    view: &BitmapView,
+    palette: &Palette,
+    names: FunctionNames<'_>,
+    progress: Progress<'_>,
+) -> Result<Image, DecodeError> {
     let mut grid = CoverageGrid::new(view)?;
     let config = model.working_set.config;
     let line_size = model.line_size();
@@ -412,21 +497,42 @@ pub fn rasterize_exact(
     let mut boundaries: Vec<u64> =
         model.allocations.iter().flat_map(|r| [r.alloc_column, r.free_column.unwrap_or(u64::MAX)]).collect();
     boundaries.sort_unstable();
-    let colour_of = |set: &OrderedWorkingSet, line: &LineState, column: u64| {
-        let tint = tinted(model, &model.allocation_index, line.line, column);
-        palette.colour(view.colour_by, &CellMeans::of_line(line, set.age(line), &config, tint))
-    };
     let (first_row, row_end) = grid.row_range();
     let (a, b) = view.columns;
     let (from, to) = (a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns));
+    let by_function = view.colour_by == ColourBy::Function;
+    let mut cursor = if by_function {
+        ColumnCursor::<SortedLines>::with_calls(model, from)?
+    } else {
+        ColumnCursor::<SortedLines>::new(model, from)?
+    };
+    let mut categories = Categories::new(model, names, view.colour_by);
+    if by_function {
+        // Lines touched before the range: who touched them.
+        let mut earlier: Vec<u64> = cursor.set().lines().iter().map(|l| l.last_column).collect();
+        earlier.sort_unstable();
+        earlier.dedup();
+        categories.toucher.extend(functions_at(model, &earlier)?);
+    }
+    let colour_of = |categories: &mut Categories, set: &OrderedWorkingSet, line: &LineState, column: u64| {
+        if view.colour_by.is_category() {
+            let fresh = f64::from(set.age(line)) / f64::from(config.max_age.max(1));
+            return category_colour(palette, categories.of_line(line, column), fresh);
+        }
+        let tint = tinted(model, &model.allocation_index, line.line, column);
+        palette.colour(view.colour_by, &CellMeans::of_line(line, set.age(line), &config, tint))
+    };
     // Open runs of the rows in view, by row - first_row: (start, colour).
     let mut runs: Vec<(u64, Colour)> = Vec::new();
     let mut clock = None;
     let mut next_boundary = boundaries.partition_point(|&c| c <= from);
     let mut last_column = from;
-    let mut cursor = ColumnCursor::<SortedLines>::new(model, from)?;
     while cursor.column() < to {
         let Some(read) = cursor.step(&mut |_: Departure| {})? else { break };
+        if by_function {
+            let innermost = cursor.calls().and_then(|c| c.open_functions(read.thread).last());
+            categories.note_toucher(read.column, innermost);
+        }
         let (column, set) = (read.column, cursor.set());
         last_column = column + 1;
         if column % (1 << 14) == 0 && !progress(column - from, to - from) {
@@ -444,7 +550,9 @@ pub fn rasterize_exact(
             }
             clock = Some(set.clock());
             let end = row_end.min(lines.len());
-            runs = (first_row..end.max(first_row)).map(|row| (column, colour_of(set, &lines[row], column))).collect();
+            runs = (first_row..end.max(first_row))
+                .map(|row| (column, colour_of(&mut categories, set, &lines[row], column)))
+                .collect();
             continue;
         }
         // A hit: only the lines this read touched changed colour.
@@ -452,7 +560,7 @@ pub fn rasterize_exact(
         for line in first_line..=last_line {
             let Ok(row) = lines.binary_search_by_key(&line, |l| l.line) else { continue };
             let Some(run) = row.checked_sub(first_row).and_then(|i| runs.get_mut(i)) else { continue };
-            let colour = colour_of(set, &lines[row], column);
+            let colour = colour_of(&mut categories, set, &lines[row], column);
             grid.add_run(row, run.0, column, run.1);
             *run = (column, colour);
         }
@@ -461,6 +569,83 @@ pub fn rasterize_exact(
         grid.add_run(first_row + i, start, last_column, colour);
     }
     Ok(grid.into_image(palette))
+}
+
+/// Category colours of lines, cached by function: the function that last
+/// touched a line (by the column of that touch), or the allocating function
+/// of the block holding it.
+struct Categories<'a> {
+    model: &'a Model,
+    names: FunctionNames<'a>,
+    by: ColourBy,
+    /// Innermost function by column, for the columns whose lines are drawn.
+    toucher: std::collections::HashMap<u64, u64>,
+    colours: std::collections::HashMap<u64, Colour>,
+}
+
+impl<'a> Categories<'a> {
+    fn new(model: &'a Model, names: FunctionNames<'a>, by: ColourBy) -> Self {
+        Categories { model, names, by, toucher: Default::default(), colours: Default::default() }
+    }
+
+    fn note_toucher(&mut self, column: u64, function: Option<u64>) {
+        if let Some(f) = function {
+            self.toucher.insert(column, f);
+        }
+    }
+
+    fn colour_of_function(&mut self, pc: u64) -> Colour {
+        let names = self.names;
+        *self.colours.entry(pc).or_insert_with(|| frame_colour(&names(pc)))
+    }
+
+    fn of_line(&mut self, line: &LineState, column: u64) -> Option<Colour> {
+        match self.by {
+            ColourBy::Function => {
+                let f = *self.toucher.get(&line.last_column)?;
+                Some(self.colour_of_function(f))
+            }
+            ColourBy::Allocation => {
+                let ls = self.model.line_size();
+                let lo = ls.start_of(line.line);
+                let block = self
+                    .model
+                    .allocation_index
+                    .overlapping(&self.model.allocations, lo, lo.saturating_add(u64::from(ls.bytes())), column)
+                    .max_by_key(|r| r.alloc_column)?;
+                let callsite = block.callsite;
+                Some(self.colour_of_function(callsite))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The innermost function executing the read of each of `columns` (sorted):
+/// from the stored call tree when it kept every frame, else by one replay
+/// of the columns' range.
+fn functions_at(model: &Model, columns: &[u64]) -> Result<Vec<(u64, u64)>, DecodeError> {
+    let (Some(&first), Some(&last)) = (columns.first(), columns.last()) else { return Ok(Vec::new()) };
+    if model.call_tree.pruned_below == 0 {
+        // Pre-order: of the frames holding a column, the last is innermost.
+        return Ok(columns
+            .iter()
+            .filter_map(|&c| model.call_tree.overlapping(c, c + 1).last().map(|f| (c, f.function)))
+            .collect());
+    }
+    let mut found = Vec::with_capacity(columns.len());
+    let mut cursor = ColumnCursor::<HashedLines>::with_calls(model, first)?;
+    let mut wanted = columns.iter().peekable();
+    while cursor.column() <= last {
+        let Some(read) = cursor.step(&mut |_: Departure| {})? else { break };
+        while wanted.next_if(|&&c| c < read.column).is_some() {}
+        if wanted.next_if(|&&c| c == read.column).is_some() {
+            if let Some(f) = cursor.calls().and_then(|c| c.open_functions(read.thread).last()) {
+                found.push((read.column, f));
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Drawing from the precomputed summary: each pixel adds the blocks of the
@@ -489,7 +674,9 @@ pub fn rasterize_blocks(
     let width = block_width.max(1) as f64;
     let columns = columns as f64;
     let (a, _) = view.columns;
-    let mut rows: Vec<SpanRow> = Vec::new();
+    // The blocks under one pixel merge into one row list first, so each
+    // pixel row is added once.
+    let mut merged = RowMerger::default();
     for px in 0..view.width as usize {
         let x0 = (a + px as f64 * cw).max(0.0);
         let x1 = (a + (px + 1) as f64 * cw).min(columns);
@@ -498,23 +685,72 @@ pub fn rasterize_blocks(
         }
         let first = (x0 / width).floor() as usize;
         let last = ((x1 / width).ceil() as usize).min(blocks.len());
+        merged.clear();
         for (i, block) in blocks.iter().enumerate().take(last).skip(first) {
             let start = i as f64 * width;
             let end = (start + width).min(columns);
             let part = x1.min(end) - x0.max(start);
-            if part <= 0.0 {
-                continue;
+            if part > 0.0 {
+                merged.add(block.iter().map(SummaryCell::row), part);
             }
-            rows.clear();
-            rows.extend(block.iter().map(|c| c.row()));
-            grid.add_rows(px, &rows, part, palette);
+        }
+        let covered = merged.width();
+        if covered > 0.0 {
+            grid.add_rows(px, merged.finish(), covered, palette);
         }
     }
     Ok(grid.into_image(palette))
 }
 
-/// Drawing by summing spans, one per pixel, while replaying the range.
+/// Columns above which span drawing splits its pixels between two threads
+/// (each replays its half from its own snapshot).
+const PARALLEL_SPAN_COLUMNS: f64 = 200_000.0;
+
+/// Drawing by summing spans, one per pixel, while replaying the range. A
+/// long range is drawn in two halves at once, split on a pixel edge (the
+/// result is the same: every pixel is its own span).
 pub fn rasterize_from_spans(
+    model: &Model,
+    view: &BitmapView,
+    palette: &Palette,
+    progress: Progress<'_>,
+) -> Result<Image, DecodeError> {
+    let (a, b) = view.columns;
+    if b - a < PARALLEL_SPAN_COLUMNS || view.width < 64 {
+        return rasterize_spans_part(model, view, palette, progress);
+    }
+    let k = view.width / 2;
+    let split = a + f64::from(k) * view.columns_per_pixel();
+    let left = BitmapView { columns: (a, split), width: k, ..*view };
+    let right = BitmapView { columns: (split, b), width: view.width - k, ..*view };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (l, r) = std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            rasterize_spans_part(model, &right, palette, &mut |_, _| !stop.load(std::sync::atomic::Ordering::Relaxed))
+        });
+        let mine = rasterize_spans_part(model, &left, palette, &mut |done, all| {
+            let go = progress(done, all * 2);
+            if !go {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            go
+        });
+        (mine, other.join().unwrap_or(Err(DecodeError::Cancelled)))
+    });
+    let (l, r) = (l?, r?);
+    let mut image = Image::new(view.width, view.height, palette.background);
+    for y in 0..view.height as usize {
+        let row = y * view.width as usize * 4;
+        image.rgba[row..row + l.width as usize * 4]
+            .copy_from_slice(&l.rgba[y * l.width as usize * 4..(y + 1) * l.width as usize * 4]);
+        image.rgba[row + l.width as usize * 4..row + view.width as usize * 4]
+            .copy_from_slice(&r.rgba[y * r.width as usize * 4..(y + 1) * r.width as usize * 4]);
+    }
+    Ok(image)
+}
+
+/// One thread's part of [`rasterize_from_spans`].
+fn rasterize_spans_part(
     model: &Model,
     view: &BitmapView,
     palette: &Palette,
@@ -698,7 +934,7 @@ pub struct Picture {
 pub fn render(
     model: &Model,
     options: &RenderOptions,
-    name: &mut dyn FnMut(u64) -> String,
+    name: FunctionNames<'_>,
     progress: Progress<'_>,
 ) -> Result<Picture, DecodeError> {
     let (a, b) = options.columns.unwrap_or((0, model.columns));
@@ -721,7 +957,8 @@ pub fn render(
         return Err(DecodeError::InvalidSetting(format!("alpha {} must be a positive number", options.alpha)));
     }
     let palette = Palette::default();
-    let frames = model.frames_in(a, b)?;
+    let per_pixel = (b - a) as f64 / f64::from(options.width.max(1));
+    let frames = model.frames_for_view(a, b, per_pixel * MIN_BAR_PIXELS, &mut || true)?;
     let depth = crate::calltree::height(&frames).max(1);
     let flame_height = (depth * 16).min(options.height * 2 / 5).max(8);
     let bar_height = (f64::from(flame_height) / f64::from(depth)).clamp(1.0, 16.0);
@@ -749,7 +986,7 @@ pub fn render(
         alpha: options.alpha,
         colour_by: options.colour_by,
     };
-    let bitmap = rasterize_bitmap_with_progress(model, &view, &palette, progress)?;
+    let bitmap = rasterize_bitmap_with_progress(model, &view, &palette, name, progress)?;
     let mut image = Image::new(options.width, options.height, palette.background);
     image.paste(&flame, 0);
     for x in 0..options.width {

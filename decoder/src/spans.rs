@@ -38,6 +38,25 @@ pub struct CellMeans {
 }
 
 impl CellMeans {
+    /// Adds `other` times `weight` (for weighted means: divide by the total
+    /// weight with [`CellMeans::scaled`]).
+    pub fn add_scaled(&mut self, other: &CellMeans, weight: f64) {
+        self.fresh += other.fresh * weight;
+        self.fresh_bytes += other.fresh_bytes * weight;
+        self.fresh_distinct += other.fresh_distinct * weight;
+        self.tint += other.tint * weight;
+    }
+
+    /// Every term times `factor`.
+    pub fn scaled(&self, factor: f64) -> CellMeans {
+        CellMeans {
+            fresh: self.fresh * factor,
+            fresh_bytes: self.fresh_bytes * factor,
+            fresh_distinct: self.fresh_distinct * factor,
+            tint: self.tint * factor,
+        }
+    }
+
     /// The terms of one line's cell: `age` in `1..=max_age`.
     pub fn of_line(state: &LineState, age: u32, config: &WorkingSetConfig, tinted: bool) -> CellMeans {
         let fresh = f64::from(age) / f64::from(config.max_age.max(1));
@@ -58,6 +77,57 @@ pub struct SpanRow {
     pub occupancy: f64,
     /// Mean colour terms of its cells.
     pub means: CellMeans,
+}
+
+/// Rows of adjacent spans merged into the rows of one wider span: each
+/// row's occupancy weighs by its span's width, its means by its occupied
+/// cells (colours are affine in the means, so the merged row's colour is
+/// the mean colour of its cells). The one rule for the summary's coarser
+/// levels and for pixels that cover several summary blocks.
+#[derive(Clone, Debug, Default)]
+pub struct RowMerger {
+    /// Sums: occupied cells, and means times cells.
+    rows: Vec<SpanRow>,
+    width: f64,
+}
+
+impl RowMerger {
+    /// Starts over.
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.width = 0.0;
+    }
+
+    /// Adds the rows of a span `width` columns wide.
+    pub fn add(&mut self, rows: impl ExactSizeIterator<Item = SpanRow>, width: f64) {
+        if self.rows.len() < rows.len() {
+            self.rows.resize(rows.len(), SpanRow::default());
+        }
+        for (sum, row) in self.rows.iter_mut().zip(rows) {
+            let cells = width * row.occupancy;
+            sum.occupancy += cells;
+            sum.means.add_scaled(&row.means, cells);
+        }
+        self.width += width;
+    }
+
+    /// Width added so far.
+    pub fn width(&self) -> f64 {
+        self.width
+    }
+
+    /// The merged rows (the sums become means; call [`RowMerger::clear`]
+    /// before adding again).
+    pub fn finish(&mut self) -> &[SpanRow] {
+        let width = self.width.max(f64::MIN_POSITIVE);
+        for row in &mut self.rows {
+            if row.occupancy > 0.0 {
+                row.means = row.means.scaled(1.0 / row.occupancy);
+            }
+            row.occupancy /= width;
+        }
+        &self.rows
+    }
 }
 
 /// A finished span: columns `[start, end)`, rows from the top.
@@ -84,14 +154,15 @@ pub struct LineSums {
     /// Whether the line is inside a recorded allocation (decided when it
     /// entered the set).
     tinted: bool,
-    columns: u64,
+    /// Columns settled (a span is at most 2^32 columns wide).
+    columns: u32,
+    tinted_columns: u32,
     /// Sum of the line's age over its settled columns.
     ages: u64,
     /// Sum of age x bytes read (capped at the line size).
     ages_bytes: u64,
     /// Sum of age x distinct bytes read.
     ages_distinct: u64,
-    tinted_columns: u64,
 }
 
 impl LineSums {
@@ -209,12 +280,12 @@ impl SpanAccumulator {
         // clock's sum over the columns is what varies.
         let ages = (n * (u64::from(self.config.max_age) + state.last_touch)).saturating_sub(clocks);
         let line = u64::from(self.config.line_size);
-        sums.columns += n;
+        sums.columns += n as u32;
         sums.ages += ages;
         sums.ages_bytes += ages * u64::from(state.bytes_read).min(line);
         sums.ages_distinct += ages * u64::from(state.touched.count_ones());
         if sums.tinted {
-            sums.tinted_columns += n;
+            sums.tinted_columns += n as u32;
         }
         sums.since = self.column;
         sums.clock_sum_since = self.clock_sum;
@@ -261,12 +332,12 @@ impl SpanAccumulator {
         let mut last_means = None;
         for (row, m) in rows.iter_mut().zip(&mass) {
             if m.columns > 0 {
-                let cells = m.columns as f64;
+                let cells = f64::from(m.columns);
                 let means = CellMeans {
                     fresh: m.ages as f64 / max_age / cells,
                     fresh_bytes: m.ages_bytes as f64 / (max_age * line) / cells,
                     fresh_distinct: m.ages_distinct as f64 / (max_age * line) / cells,
-                    tint: m.tinted_columns as f64 / cells,
+                    tint: f64::from(m.tinted_columns) / cells,
                 };
                 row.means = means;
                 last_means = Some(means);

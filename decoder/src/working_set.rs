@@ -74,6 +74,9 @@ pub struct LineState {
     /// Order of the last refresh (the first touch after a miss): the LRU
     /// order among lines with the same `last_touch`.
     pub seq: u64,
+    /// Column of the last read that touched the line: who touched it last
+    /// (colouring by function or allocation, hover) without a replay.
+    pub last_column: u64,
     /// Bytes read from the line since it entered the set (repeats count).
     pub bytes_read: u32,
     /// Which bytes of the line were read (bit i: byte i).
@@ -234,6 +237,8 @@ pub struct WorkingSet<S: LineStore> {
     store: S,
     clock: u64,
     seq: u64,
+    /// Reads applied so far: the column of the next read.
+    reads: u64,
     /// (seq, line) in refresh order; an entry is stale when the line's
     /// current `seq` differs (it was refreshed again, or left).
     lru: VecDeque<(u64, u64)>,
@@ -253,12 +258,14 @@ impl<S: LineStore> WorkingSet<S> {
             store: S::default(),
             clock: 0,
             seq: 0,
+            reads: 0,
             lru: VecDeque::new(),
         }
     }
 
-    /// Restores a set from a snapshot ([`WorkingSet::snapshot`], [`WorkingSet::clock`]).
-    pub fn restore(config: WorkingSetConfig, lines: &[LineState], clock: u64) -> Self {
+    /// Restores a set from a snapshot ([`WorkingSet::snapshot`],
+    /// [`WorkingSet::clock`], [`WorkingSet::reads`]).
+    pub fn restore(config: WorkingSetConfig, lines: &[LineState], clock: u64, reads: u64) -> Self {
         let mut set = Self::new(config);
         for l in lines {
             set.store.insert(*l);
@@ -268,6 +275,7 @@ impl<S: LineStore> WorkingSet<S> {
         set.lru = order.into();
         set.seq = lines.iter().map(|l| l.seq).max().unwrap_or(0);
         set.clock = clock;
+        set.reads = reads;
         set
     }
 
@@ -305,6 +313,12 @@ impl<S: LineStore> WorkingSet<S> {
         self.clock
     }
 
+    /// Reads applied so far: one per column, so also the column of the
+    /// next read.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
     /// Age of a line now: `max_age` when just touched, 1 just before leaving.
     pub fn age(&self, state: &LineState) -> u32 {
         let since = self.clock - state.last_touch;
@@ -320,6 +334,7 @@ impl<S: LineStore> WorkingSet<S> {
         for (line, lo, hi) in self.line_size.pieces(addr, size) {
             self.touch(line, hi - lo, byte_mask(lo, hi), &mut effect, observer);
         }
+        self.reads += 1;
         effect
     }
 
@@ -339,6 +354,7 @@ impl<S: LineStore> WorkingSet<S> {
             observer.before_touch(l);
             l.bytes_read = l.bytes_read.saturating_add(bytes);
             l.touched |= mask;
+            l.last_column = self.reads;
             if l.last_touch != self.clock {
                 self.seq += 1;
                 l.last_touch = self.clock;
@@ -354,6 +370,7 @@ impl<S: LineStore> WorkingSet<S> {
             line,
             last_touch: self.clock,
             seq: self.seq,
+            last_column: self.reads,
             bytes_read: bytes,
             touched: mask,
             spans: LineSums::default(),
@@ -479,8 +496,8 @@ mod tests {
         for i in 0..50u64 {
             a.read((i * 37 % 20) * 64, 4, &mut |_: Departure| {});
         }
-        let mut b = OrderedWorkingSet::restore(*a.config(), a.lines(), a.clock());
-        let mut c = FastWorkingSet::restore(*a.config(), &a.snapshot(), a.clock());
+        let mut b = OrderedWorkingSet::restore(*a.config(), a.lines(), a.clock(), a.reads());
+        let mut c = FastWorkingSet::restore(*a.config(), &a.snapshot(), a.clock(), a.reads());
         for i in 0..50u64 {
             let (mut ga, mut gb, mut gc) = (Vec::new(), Vec::new(), Vec::new());
             a.read((i * 13 % 23) * 64, 4, &mut |d: Departure| ga.push(d.state.line));

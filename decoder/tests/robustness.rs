@@ -66,7 +66,7 @@ proptest! {
             if model.columns > 0 {
                 for colour_by in [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age] {
                     let options = RenderOptions { width: 64, height: 48, columns: None, alpha: 0.5, colour_by };
-                    let drawn = render(&model, &options, &mut |pc| symbols.locate(pc).function.clone(), &mut |_, _| true);
+                    let drawn = render(&model, &options, &|pc| symbols.locate(pc).function.clone(), &mut |_, _| true);
                     prop_assert!(drawn.is_ok(), "render failed: {:?}", drawn.err());
                 }
                 // Every way of drawing: exact (wide), spans (narrow), and

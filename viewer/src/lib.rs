@@ -22,6 +22,7 @@
 //! # Ok::<(), viewer::ViewerError>(())
 //! ```
 
+pub mod bench;
 pub mod jobs;
 pub mod search;
 pub mod session;
@@ -32,12 +33,14 @@ pub mod work;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bevy::app::{TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy};
 use bevy::log::{Level, LogPlugin};
 use bevy::prelude::*;
 use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
 use bevy::window::WindowResolution;
+use bevy::winit::{UpdateMode, WinitSettings};
 use bevy_egui::{EguiPlugin, EguiPrimaryContextPass};
 use decoder::model::DecodeOptions;
 use decoder::symbols::SymbolPaths;
@@ -97,6 +100,8 @@ pub struct ViewerOptions {
     pub columns: Option<(u64, u64)>,
     /// Headless: draw once, save, exit.
     pub screenshot: Option<ScreenshotRequest>,
+    /// Scripted measuring run: write its report here and exit.
+    pub bench: Option<PathBuf>,
 }
 
 impl ViewerOptions {
@@ -109,6 +114,7 @@ impl ViewerOptions {
             size: (1600, 900),
             columns: None,
             screenshot: None,
+            bench: None,
         }
     }
 }
@@ -157,6 +163,9 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     if let Some(request) = options.screenshot.clone() {
         app.add_plugins(HeadlessPlugin { request, failure: failure.clone() });
     }
+    if let Some(out) = options.bench.clone() {
+        app.add_plugins(bench::BenchPlugin { out, failure: failure.clone() });
+    }
     let exit = app.run();
     if let Some(why) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(ViewerError::Screenshot(why));
@@ -186,6 +195,7 @@ impl Plugin for ViewerPlugin {
             ui.forced_hover = r.hover;
             ui.ignore_pointer = true;
         }
+        ui.ignore_pointer |= o.bench.is_some();
         app.insert_resource(session)
             .insert_resource(StartView(o.columns))
             .insert_resource(ui)
@@ -197,13 +207,40 @@ impl Plugin for ViewerPlugin {
             .add_message::<ViewCommand>()
             .add_message::<search::SearchCommand>()
             .add_systems(Startup, |mut c: Commands| {
-                c.spawn(Camera2d);
+                // No multisampling: every shape is an axis-aligned rectangle
+                // or text, and on a CPU renderer (lavapipe) 4x MSAA
+                // multiplies the cost of every frame.
+                c.spawn((
+                    Camera2d,
+                    Msaa::Off,
+                    bevy::core_pipeline::tonemapping::Tonemapping::None,
+                    bevy::core_pipeline::tonemapping::DebandDither::Disabled,
+                ));
             })
             .add_systems(
                 Update,
                 (session::poll_decoding, start_view, search::apply_search_commands, apply_view_commands).chain(),
             )
             .add_systems(EguiPrimaryContextPass, ui::ui_system);
+        if o.screenshot.is_none() && o.bench.is_none() {
+            app.add_systems(Last, pace_frames);
+        }
+    }
+}
+
+/// How long an idle window waits for input before it draws again.
+const IDLE_WAIT: Duration = Duration::from_millis(250);
+
+/// Draws continuously only while something is coming (decoding, background
+/// work); otherwise frames follow input, so an idle viewer costs nothing.
+/// Headless and measuring runs keep drawing continuously.
+fn pace_frames(session: Res<Session>, work: Res<Work>, mut settings: ResMut<WinitSettings>) {
+    let busy = session.loading.is_some() || work.busy();
+    let focused = if busy { UpdateMode::Continuous } else { UpdateMode::reactive(IDLE_WAIT) };
+    let unfocused = if busy { UpdateMode::Continuous } else { UpdateMode::reactive_low_power(IDLE_WAIT * 4) };
+    if settings.focused_mode != focused || settings.unfocused_mode != unfocused {
+        settings.focused_mode = focused;
+        settings.unfocused_mode = unfocused;
     }
 }
 
@@ -275,6 +312,11 @@ fn headless_system(
         return;
     }
     if headless.asked {
+        return;
+    }
+    if let Some(why) = &report.error {
+        *headless.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        exit.write(AppExit::error());
         return;
     }
     let tooltip_ready = headless.request.hover.is_none()

@@ -64,6 +64,8 @@ pub struct Hover {
 /// What the UI remembers between frames.
 #[derive(Resource)]
 pub struct UiState {
+    /// Width of the bitmap on screen in pixels (last frame).
+    pub bitmap_pixels: f32,
     /// Highlight mode.
     pub highlight: Highlight,
     /// Bitmap colouring.
@@ -109,6 +111,7 @@ impl Default for UiState {
             hover: None,
             forced_hover: None,
             ignore_pointer: false,
+            bitmap_pixels: 1.0,
             drag_select: None,
             edit: WorkingSetConfig::default(),
             bitmap: None,
@@ -144,8 +147,14 @@ pub struct UiReport {
     pub sharp: bool,
     /// Whether the trace is decoded.
     pub loaded: bool,
+    /// Whether any picture of the trace (preview or final) is on screen.
+    pub picture: bool,
     /// Render time of the last picture, milliseconds.
     pub render_ms: f64,
+    /// CPU time this frame's UI pass took on its thread, milliseconds.
+    pub ui_cpu_ms: f64,
+    /// Why the view could not be drawn, if it could not.
+    pub error: Option<String>,
 }
 
 fn c32(c: [f64; 3]) -> egui::Color32 {
@@ -185,6 +194,7 @@ pub fn ui_system(
     mut report: ResMut<UiReport>,
     mut last_generation: Local<u32>,
 ) -> Result {
+    let cpu_start = crate::bench::thread_cpu_time();
     let ctx = contexts.ctx_mut()?.clone();
     work.poll();
     let loaded = session.loaded.clone();
@@ -208,7 +218,7 @@ pub fn ui_system(
         egui::Ui::new(ctx.clone(), "linetrace-root".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
     egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &view, &mut commands, &mut searches));
     egui::Panel::bottom("status").show(&mut root, |ui| {
-        let text = status_text(&session, loaded.as_ref(), &view, &work);
+        let text = status_text(&session, loaded.as_ref(), &view, &work, state.bitmap_pixels);
         ui.label(egui::RichText::new(&text).monospace().size(11.0));
         report.status = text;
     });
@@ -257,6 +267,7 @@ pub fn ui_system(
     if state.show_help {
         help(&ctx, &mut state);
     }
+    report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
 }
 
@@ -348,7 +359,9 @@ fn toolbar(
         ui.separator();
         ui.label("colour:");
         egui::ComboBox::from_id_salt("colour-by").selected_text(colour_name(state.colour_by)).show_ui(ui, |ui| {
-            for c in [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age] {
+            for c in
+                [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age, ColourBy::Function, ColourBy::Allocation]
+            {
                 ui.selectable_value(&mut state.colour_by, c, colour_name(c));
             }
         });
@@ -364,10 +377,24 @@ fn colour_name(c: ColourBy) -> &'static str {
         ColourBy::BytesRead => "bytes read",
         ColourBy::DistinctBytes => "distinct bytes",
         ColourBy::Age => "age",
+        ColourBy::Function => "function",
+        ColourBy::Allocation => "allocation site",
     }
 }
 
-fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work: &Work) -> String {
+/// The zoom as a person reads it: columns per pixel when zoomed out, pixels
+/// per column when zoomed in.
+fn scale_label(columns_per_pixel: f64) -> String {
+    if columns_per_pixel >= 10.0 {
+        format!("{} col/px", short(columns_per_pixel))
+    } else if columns_per_pixel >= 1.0 {
+        format!("{columns_per_pixel:.1} col/px")
+    } else {
+        format!("{:.0} px/col", 1.0 / columns_per_pixel.max(1e-9))
+    }
+}
+
+fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work: &Work, pixels: f32) -> String {
     let file = session.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(e) = &session.error {
         return format!("{file}: cannot show this trace: {e}");
@@ -383,10 +410,10 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
         format!("function {}", m.metadata.function.as_deref().unwrap_or("?")),
         format!("{} reads", short(m.columns as f64)),
         format!(
-            "view {}..{} ({:.1} col/px)",
+            "view {}..{} ({})",
             view.columns.0 as u64,
             view.columns.1 as u64,
-            view.width() / f64::from(work.render.latest().map(|(k, _)| k.size.0).unwrap_or(1).max(1))
+            scale_label(view.width() / f64::from(pixels.max(1.0)))
         ),
     ];
     if let Some(note) = m.status_note() {
@@ -399,7 +426,9 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     if session.loading.is_some() {
         parts.push(format!("re-decoding {:.0}%", 100.0 * session.progress().unwrap_or(0.0)));
     }
-    if work.render.busy() {
+    if let Some((_, why)) = work.render.failure() {
+        parts.push(format!("cannot draw this view: {why}"));
+    } else if work.render.busy() {
         parts.push("drawing…".to_string());
     } else if let Some((_, r)) = work.render.latest() {
         parts.push(format!("drawn in {} ms", r.took.as_millis()));
@@ -619,7 +648,7 @@ fn main_view(
     let bg = c32(Palette::default().background);
     painter.rect_filled(full, 0.0, bg);
     let Some(l) = loaded else {
-        loading_view(ui, &painter, full, state, session, work, ppp);
+        loading_view(ui, &painter, full, state, session, work, report, ppp);
         return;
     };
     let model = &l.model;
@@ -664,11 +693,13 @@ fn main_view(
 
     // Ask for the picture of this view.
     let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
+    state.bitmap_pixels = size.0 as f32;
+    let picture = view.picture(size);
     let key = RenderKey {
         generation: l.generation,
-        columns: view.columns,
-        rows: view.rows,
-        size,
+        columns: picture.columns,
+        rows: picture.rows,
+        size: picture.size,
         alpha: state.alpha,
         colour_by: state.colour_by,
     };
@@ -749,6 +780,7 @@ fn main_view(
     }
     if let Some((tex, k)) = &state.bitmap {
         report.sharp = *k == key;
+        report.picture = true;
         let left = x_of(k.columns.0, bitmap);
         let right = x_of(k.columns.1, bitmap);
         let top = bitmap.top() + ((k.rows.0 - view.rows.0) / view.height()) as f32 * bitmap.height();
@@ -762,12 +794,28 @@ fn main_view(
         );
     }
 
+    if let Some((_, why)) = work.render.failure() {
+        let painter_b = ui.painter_at(bitmap);
+        let text = format!("cannot draw this view: {why}");
+        let galley = painter_b.layout(
+            text.clone(),
+            egui::FontId::proportional(14.0),
+            egui::Color32::from_rgb(255, 200, 120),
+            bitmap.width() * 0.8,
+        );
+        let at = bitmap.center() - galley.size() / 2.0;
+        painter_b.rect_filled(
+            egui::Rect::from_min_size(at, galley.size()).expand(8.0),
+            4.0,
+            egui::Color32::from_black_alpha(220),
+        );
+        painter_b.galley(at, galley, egui::Color32::WHITE);
+        report.error = Some(text);
+    }
+
     // Flamegraph bars of the newest picture.
-    let matches: HashSet<u64> = if search.open && !search.text.is_empty() {
-        work.names.matching(&search.text)
-    } else {
-        HashSet::new()
-    };
+    let matches: HashSet<u64> =
+        if search.open && !search.text.is_empty() { work.names.matching(&search.text) } else { HashSet::new() };
     let mut hovered_frame = None;
     let pointer = ctx.pointer_hover_pos().filter(|_| !state.ignore_pointer);
     if let Some((k, r)) = work.render.latest() {
@@ -1093,6 +1141,7 @@ fn draw_ruler(painter: &egui::Painter, ruler: egui::Rect, view: &Viewport) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn loading_view(
     ui: &mut egui::Ui,
     painter: &egui::Painter,
@@ -1100,6 +1149,7 @@ fn loading_view(
     state: &mut UiState,
     session: &Session,
     work: &mut Work,
+    report: &mut UiReport,
     ppp: f32,
 ) {
     let ctx = ui.ctx().clone();
@@ -1129,9 +1179,12 @@ fn loading_view(
     );
     let area = egui::Rect::from_min_max(full.min + egui::vec2(GUTTER_W, 24.0), full.max);
     let size = ((area.width() * ppp) as u32, (area.height() * ppp) as u32);
-    let preview = loading.preview.state();
-    if !preview.blocks.is_empty() && size.0 > 8 && size.1 > 8 {
-        work::want_preview(work, preview, size, state.colour_by);
+    // A new preview picture when more is decoded and the last is done
+    // (copying the preview costs as much as drawing it: not every frame).
+    let blocks = loading.preview.blocks();
+    let stale = work.preview.latest().is_none_or(|(k, _)| *k != (blocks, size.0, size.1));
+    if blocks > 0 && size.0 > 8 && size.1 > 8 && stale && !work.preview.busy() {
+        work::want_preview(work, loading.preview.state(), size, state.colour_by);
     }
     if let Some((k, p)) = work.preview.latest() {
         if state.preview.as_ref().is_none_or(|(_, have)| have != k) {
@@ -1144,6 +1197,7 @@ fn loading_view(
                 egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
                 egui::Color32::WHITE,
             );
+            report.picture = true;
         }
         painter.text(
             area.min + egui::vec2(4.0, 4.0),

@@ -119,6 +119,26 @@ impl Viewport {
         self.clamp();
     }
 
+    /// The picture this view needs on a `size` pixel area: its columns,
+    /// rows and pixel size. Zoomed in past one pixel per column (or row),
+    /// the picture has one pixel per whole column (row) in view, and the
+    /// texture is stretched without filtering — the same pixels, so
+    /// zooming in costs no more than the cells in view, and panning within
+    /// the same columns needs no new picture.
+    pub fn picture(&self, size: (u32, u32)) -> PictureSpec {
+        fn axis(range: (f64, f64), total: f64, pixels: u32) -> ((f64, f64), u32) {
+            if range.1 - range.0 >= f64::from(pixels) {
+                return (range, pixels);
+            }
+            let a = range.0.floor().max(0.0);
+            let b = range.1.ceil().min(total.max(a + 1.0)).max(a + 1.0);
+            ((a, b), (b - a) as u32)
+        }
+        let (columns, width) = axis(self.columns, self.total_columns, size.0.max(1));
+        let (rows, height) = axis(self.rows, self.total_rows, size.1.max(1));
+        PictureSpec { columns, rows, size: (width.max(1), height.max(1)) }
+    }
+
     /// Back to the whole trace.
     pub fn reset(&mut self) {
         *self = Viewport::whole(self.total_columns, self.total_rows);
@@ -213,6 +233,17 @@ pub fn apply_view_commands(
     }
 }
 
+/// What a view's picture covers ([`Viewport::picture`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PictureSpec {
+    /// Columns `[start, end)`.
+    pub columns: (f64, f64),
+    /// Rows `[start, end)`.
+    pub rows: (f64, f64),
+    /// Pixels.
+    pub size: (u32, u32),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +259,23 @@ mod tests {
         assert_eq!(v.width(), MIN_COLUMNS, "zooming in stops");
         v.zoom_at(0.5, 1e9);
         assert_eq!(v.columns, (0.0, 1000.0), "zooming out stops at the whole trace");
+    }
+
+    #[test]
+    fn zoomed_in_pictures_have_a_pixel_per_cell() {
+        let mut v = Viewport::whole(1_000_000.0, 512.0);
+        let whole = v.picture((1900, 800));
+        assert_eq!(whole, PictureSpec { columns: (0.0, 1e6), rows: (0.0, 512.0), size: (1900, 512) });
+        v.fit(100.3, 110.6, 0.0);
+        let p = v.picture((1900, 800));
+        assert_eq!(p.columns, (100.0, 111.0));
+        assert_eq!(p.size.0, 11, "one pixel per whole column in view");
+        v.pan(0.01);
+        assert_eq!(v.picture((1900, 800)), p, "panning inside the same columns needs no new picture");
+        let mut tall = Viewport::whole(10.0, 4000.0);
+        tall.rows = (10.5, 1210.5);
+        assert_eq!(tall.picture((800, 600)).rows, (10.5, 1210.5), "more rows than pixels: as asked");
+        assert_eq!(tall.picture((800, 600)).size, (10, 600));
     }
 
     #[test]

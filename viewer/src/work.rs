@@ -10,12 +10,15 @@ use std::time::{Duration, Instant};
 
 use bevy::prelude::*;
 use bevy_egui::egui;
+use decoder::DecodeError;
 use decoder::calltree::Frame;
 use decoder::inspect::{Inspection, Inspector, RowBand};
 use decoder::model::Model;
 use decoder::pyramid::PreviewState;
 use decoder::range::RangeStats;
-use decoder::raster::{BitmapView, ColourBy, FlameBar, Image, Palette, flame_bars, rasterize_bitmap_with_progress};
+use decoder::raster::{
+    BitmapView, ColourBy, FlameBar, Image, MIN_BAR_PIXELS, Palette, flame_bars, rasterize_bitmap_with_progress,
+};
 use decoder::symbols::Symbolizer;
 use decoder::tables::{AccessRow, Grouping, access_table};
 
@@ -120,6 +123,21 @@ impl Work {
         self.names = Names::default();
     }
 
+    /// True while any work is running: the app keeps drawing frames until
+    /// its result is in.
+    pub fn busy(&self) -> bool {
+        self.render.busy()
+            || self.preview.busy()
+            || self.overview.busy()
+            || self.inspect.busy()
+            || self.bands.busy()
+            || self.touching.busy()
+            || self.stats.busy()
+            || self.source.busy()
+            || self.names.job.busy()
+            || !self.names.wanted.is_empty()
+    }
+
     /// Takes in whatever finished.
     pub fn poll(&mut self) {
         self.render.poll();
@@ -140,15 +158,25 @@ fn to_egui(image: &Image) -> egui::ColorImage {
 
 /// Starts the picture of `key`.
 pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey) {
-    let model = loaded.model.clone();
+    let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
     let k = key.clone();
-    work.render.want(key, move |cancel| render(&model, &k, &cancel));
+    work.render.want_fallible(key, move |cancel| render(&model, &symbols, &k, &cancel));
 }
 
-fn render(model: &Model, key: &RenderKey, cancel: &Cancel) -> Option<Rendered> {
+/// The picture of `key`; `None` when cancelled.
+fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel) -> Option<Result<Rendered, String>> {
     let started = Instant::now();
     let (a, b) = key.columns;
-    let frames = model.frames_in(a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns)).ok()?;
+    let per_pixel = (b - a) / f64::from(key.size.0.max(1));
+    let (from, to) = (a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns));
+    let outcome = |e: DecodeError| match e {
+        DecodeError::Cancelled => None,
+        e => Some(Err(e.to_string())),
+    };
+    let frames = match model.frames_for_view(from, to, per_pixel * MIN_BAR_PIXELS, &mut || !cancel.is_set()) {
+        Ok(frames) => frames,
+        Err(e) => return outcome(e),
+    };
     let bars = flame_bars(&frames, key.columns, key.size.0);
     let view = BitmapView {
         columns: key.columns,
@@ -158,8 +186,11 @@ fn render(model: &Model, key: &RenderKey, cancel: &Cancel) -> Option<Rendered> {
         alpha: key.alpha,
         colour_by: key.colour_by,
     };
-    let image = rasterize_bitmap_with_progress(model, &view, &Palette::default(), &mut |_, _| !cancel.is_set()).ok()?;
-    Some(Rendered { image: to_egui(&image), frames, bars, took: started.elapsed() })
+    let names = |pc: u64| symbols.locate(pc).function.clone();
+    match rasterize_bitmap_with_progress(model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
+        Ok(image) => Some(Ok(Rendered { image: to_egui(&image), frames, bars, took: started.elapsed() })),
+        Err(e) => outcome(e),
+    }
 }
 
 /// Starts the preview picture of what is decoded so far.
@@ -198,8 +229,10 @@ pub fn want_overview(work: &mut Work, loaded: &Loaded, width: u32, height: u32) 
             alpha: 0.6,
             colour_by: ColourBy::BytesRead,
         };
+        let names = |pc: u64| format!("{pc:#x}");
         let image =
-            rasterize_bitmap_with_progress(&model, &view, &Palette::default(), &mut |_, _| !cancel.is_set()).ok()?;
+            rasterize_bitmap_with_progress(&model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set())
+                .ok()?;
         Some(to_egui(&image))
     });
 }

@@ -1,0 +1,134 @@
+#![allow(missing_docs)]
+//! The viewer at scale: synthetic traces of 10M and 100M miss-heavy reads
+//! (`LINETRACE_BENCH_READS=a,b` changes the sizes), opened headless (Xvfb
+//! and lavapipe) in a 1920x1080 window by `linetrace view --bench-json`,
+//! which scripts the session and reports:
+//! - time to the first picture (the preview while decoding), goal < 1 s;
+//! - time to the decoded trace, goal < 6 s on 2 cores;
+//! - per frame while panning, p50 and p99 of the update's wall time and
+//!   of the UI pass's thread CPU time, goal p99 < 16 ms;
+//! - latency from each zoom step to the sharp picture, at every zoom from
+//!   the whole trace to a few columns, goal < 150 ms;
+//! - the viewer's peak RSS, goal < 1 GiB.
+//!
+//! It also times `linetrace render` of the whole trace at 1200x500 (it
+//! draws from the summary), against the same drawn exactly by replay
+//! (`rasterize_exact`, what `render` did before the summary) on the 10M
+//! trace in this process: a ratio.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::{Pattern, run_measured, write_trace};
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        return 0.0;
+    }
+    values[((values.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    let linetrace = env!("CARGO_BIN_EXE_linetrace");
+    let sizes: Vec<u64> = std::env::var("LINETRACE_BENCH_READS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10_000_000, 100_000_000]);
+    let dir = std::env::temp_dir();
+    for &reads in &sizes {
+        let path: PathBuf = dir.join(format!("linetrace-view-bench-{reads}-{}.lntrace", std::process::id()));
+        let t = Instant::now();
+        write_trace(&path, reads, Pattern::MissHeavy);
+        eprintln!("wrote {reads} miss-heavy reads in {:.1}s", t.elapsed().as_secs_f64());
+        let json = path.with_extension("json");
+        let (secs, rss, ok, _, err) = run_measured(
+            Command::new(linetrace)
+                .arg("view")
+                .arg(&path)
+                .args(["--size", "1920x1080", "--bench-json"])
+                .arg(&json)
+                .env_remove("DISPLAY")
+                .env_remove("WAYLAND_DISPLAY"),
+        );
+        assert!(ok, "view --bench-json failed: {err}");
+        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report")).expect("JSON");
+        let series = |key: &str| -> Vec<f64> {
+            r[key].as_array().map(|a| a.iter().filter_map(|v| v.as_f64()).collect()).unwrap_or_default()
+        };
+        let mut frames = series("pan_frame_ms");
+        let mut ui_cpu = series("pan_ui_cpu_ms");
+        let zooms: Vec<(f64, f64, f64)> = r["zoom_ms"]
+            .as_array()
+            .expect("zooms")
+            .iter()
+            .map(|z| (z[0].as_f64().unwrap_or(0.0), z[1].as_f64().unwrap_or(0.0), z[2].as_f64().unwrap_or(0.0)))
+            .collect();
+        let mut latencies: Vec<f64> = zooms.iter().map(|z| z.1).collect();
+        println!("view {reads} reads ({} columns), 1920x1080, whole session {secs:.1}s:", r["columns"]);
+        println!("  first picture        {:>8.0} ms", r["first_picture_ms"].as_f64().unwrap_or(0.0));
+        println!("  decoded              {:>8.0} ms", r["decoded_ms"].as_f64().unwrap_or(0.0));
+        println!(
+            "  pan frame update     p50 {:.2} ms, p99 {:.2} ms wall ({} frames)",
+            percentile(&mut frames, 0.5),
+            percentile(&mut frames, 0.99),
+            frames.len()
+        );
+        println!(
+            "  pan UI pass CPU      p50 {:.2} ms, p99 {:.2} ms",
+            percentile(&mut ui_cpu, 0.5),
+            percentile(&mut ui_cpu, 0.99)
+        );
+        println!(
+            "  zoom step to sharp   median {:.0} ms, max {:.0} ms over {} steps",
+            percentile(&mut latencies, 0.5),
+            latencies.last().copied().unwrap_or(0.0),
+            zooms.len()
+        );
+        for (per_pixel, ms, drawing) in &zooms {
+            println!("    {per_pixel:>14.2} columns/pixel: {ms:>6.0} ms (drawing {drawing:.0} ms)");
+        }
+        println!("  peak RSS             {:>8.0} MiB", rss as f64 / 1024.0);
+        // render of the whole trace, from the summary.
+        let png = path.with_extension("png");
+        let (render_secs, _, ok, _, err) = run_measured(
+            Command::new(linetrace)
+                .arg("render")
+                .arg(&path)
+                .args(["--width", "1200", "--height", "500", "-o"])
+                .arg(&png),
+        );
+        assert!(ok, "render failed: {err}");
+        println!("  render whole trace   {:>8.2} s (1200x500)", render_secs);
+        if reads <= 10_000_000 {
+            let model = decoder::model::Model::decode(&path, &Default::default(), &mut |_| {}).expect("decode");
+            let view = decoder::raster::BitmapView {
+                columns: (0.0, model.columns as f64),
+                rows: (0.0, f64::from(model.metrics.max_rows)),
+                width: 1200,
+                height: 460,
+                alpha: 1.0,
+                colour_by: decoder::raster::ColourBy::BytesRead,
+            };
+            let p = decoder::raster::Palette::default();
+            let t = Instant::now();
+            decoder::raster::rasterize_from_summary(&model, &view, &p).expect("summary");
+            let summary = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            decoder::raster::rasterize_exact(&model, &view, &p, &mut |_, _| true).expect("exact");
+            let exact = t.elapsed().as_secs_f64();
+            println!(
+                "  whole-trace bitmap   summary {:.3} s, exact replay {:.1} s: {:.0}x faster",
+                summary,
+                exact,
+                exact / summary.max(1e-9)
+            );
+        }
+        for p in [&path, &json, &png] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! A scripted run for measuring the viewer (`linetrace view --bench-json`):
+//! time to the first picture, to the decoded trace, CPU time of the frames
+//! while panning, and latency from each zoom step to the sharp picture,
+//! written as JSON. `cargo bench --bench view` drives it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bevy::prelude::*;
+use serde::Serialize;
+
+use crate::session::Session;
+use crate::ui::UiReport;
+use crate::view::{ViewCommand, Viewport};
+
+/// Frames panned.
+const PAN_FRAMES: usize = 240;
+/// Longest wait for one zoom step's picture.
+const ZOOM_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What the run measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BenchReport {
+    /// From start to the first picture on screen (preview or final).
+    pub first_picture_ms: f64,
+    /// From start to the decoded trace.
+    pub decoded_ms: f64,
+    /// Wall time of each frame's update (input, jobs, UI; not the GPU
+    /// work) while panning, milliseconds. Background work competes for
+    /// the cores, so this is noisy.
+    pub pan_frame_ms: Vec<f64>,
+    /// Time from one frame to the next while panning (update and drawing
+    /// on the renderer, lavapipe here), milliseconds.
+    pub pan_interval_ms: Vec<f64>,
+    /// CPU time of each frame's UI pass on its thread while panning,
+    /// milliseconds: what the UI itself costs.
+    pub pan_ui_cpu_ms: Vec<f64>,
+    /// Zoom steps: (columns per pixel after the step, ms to the sharp
+    /// picture, ms of that the drawing job took).
+    pub zoom_ms: Vec<(f64, f64, f64)>,
+    /// Columns of the trace.
+    pub columns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    Loading,
+    Settle,
+    Pan(usize),
+    Zoom { step: u32, sent: Instant, frames: u32 },
+    Done,
+}
+
+#[derive(Resource)]
+struct Bench {
+    out: PathBuf,
+    started: Instant,
+    frame_start: Instant,
+    phase: Phase,
+    report: BenchReport,
+    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// The bench script as a plugin.
+pub struct BenchPlugin {
+    /// Where to write the JSON.
+    pub out: PathBuf,
+    /// Where to report failure.
+    pub failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Plugin for BenchPlugin {
+    fn build(&self, app: &mut App) {
+        let now = Instant::now();
+        app.insert_resource(Bench {
+            out: self.out.clone(),
+            started: now,
+            frame_start: now,
+            phase: Phase::Loading,
+            report: BenchReport::default(),
+            failure: self.failure.clone(),
+        })
+        .add_systems(First, |mut b: ResMut<Bench>| {
+            let now = Instant::now();
+            let interval = now - b.frame_start;
+            if matches!(b.phase, Phase::Pan(n) if n > 2) {
+                b.report.pan_interval_ms.push(ms(interval));
+            }
+            b.frame_start = now;
+        })
+        .add_systems(Last, step);
+    }
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec to write; the clock id is a constant
+    // every Linux kernel supports.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn step(
+    mut bench: ResMut<Bench>,
+    session: Res<Session>,
+    report: Res<UiReport>,
+    view: Res<Viewport>,
+    mut commands: MessageWriter<ViewCommand>,
+    mut exit: MessageWriter<AppExit>,
+) {
+    let frame = bench.frame_start.elapsed();
+    if let Some(e) = &session.error {
+        *bench.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        exit.write(AppExit::error());
+        return;
+    }
+    if bench.report.first_picture_ms == 0.0 && report.picture {
+        bench.report.first_picture_ms = ms(bench.started.elapsed());
+    }
+    match bench.phase {
+        Phase::Loading => {
+            if let Some(l) = &session.loaded {
+                bench.report.decoded_ms = ms(bench.started.elapsed());
+                bench.report.columns = l.model.columns;
+                bench.phase = Phase::Settle;
+            }
+        }
+        Phase::Settle => {
+            if report.sharp {
+                commands.write(ViewCommand::Zoom { at: 0.5, factor: 0.05 });
+                bench.phase = Phase::Pan(0);
+            }
+        }
+        Phase::Pan(n) => {
+            if n > 2 {
+                bench.report.pan_frame_ms.push(ms(frame));
+                bench.report.pan_ui_cpu_ms.push(report.ui_cpu_ms);
+            }
+            if n >= PAN_FRAMES {
+                commands.write(ViewCommand::Reset);
+                bench.phase = Phase::Zoom { step: 0, sent: Instant::now(), frames: 0 };
+            } else {
+                let dx = if (n / 60) % 2 == 0 { 0.01 } else { -0.01 };
+                commands.write(ViewCommand::Pan(dx));
+                bench.phase = Phase::Pan(n + 1);
+            }
+        }
+        Phase::Zoom { step, sent, frames } => {
+            let waited = sent.elapsed();
+            bench.phase = Phase::Zoom { step, sent, frames: frames + 1 };
+            if std::env::var_os("LINETRACE_BENCH_TRACE").is_some() {
+                eprintln!(
+                    "zoom {step} frame {frames} at {:.1} ms sharp {} busy {}",
+                    ms(waited),
+                    report.sharp,
+                    report.render_ms
+                );
+            }
+            if report.sharp || waited > ZOOM_TIMEOUT {
+                if step > 0 {
+                    let per_pixel = view.width() / (report.bitmap[2] - report.bitmap[0]).max(1.0) as f64;
+                    bench.report.zoom_ms.push((per_pixel, ms(waited), report.render_ms));
+                }
+                if view.width() <= crate::view::MIN_COLUMNS * 2.0 || step > 40 {
+                    bench.phase = Phase::Done;
+                } else {
+                    commands.write(ViewCommand::Zoom { at: 0.37, factor: 0.5 });
+                    bench.phase = Phase::Zoom { step: step + 1, sent: Instant::now(), frames: 0 };
+                }
+            }
+        }
+        Phase::Done => {
+            let written = serde_json::to_vec_pretty(&bench.report)
+                .map_err(std::io::Error::other)
+                .and_then(|json| std::fs::write(&bench.out, json));
+            if let Err(e) = written {
+                *bench.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("cannot write {}: {e}", bench.out.display()));
+            }
+            exit.write(AppExit::Success);
+        }
+    }
+}
