@@ -171,6 +171,20 @@ pub struct DecodeArgs {
     /// /usr/lib/debug).
     #[arg(long = "debug-dir", value_name = "DIR")]
     pub debug_dirs: Vec<PathBuf>,
+    /// Simulated first-level data cache, SIZE,WAYS,LINE as cachegrind's
+    /// --D1 (LRU, write-allocate; the number of sets must be a power of
+    /// two).
+    #[arg(long = "d1", value_name = "SIZE,WAYS,LINE", default_value = "32K,8,64", value_parser = parse_cache)]
+    pub d1: decoder::cache::CacheGeometry,
+    /// Simulated last-level cache, as cachegrind's --LL (default: this
+    /// machine's last level from sysfs, else 8M,16,64).
+    #[arg(long = "ll", value_name = "SIZE,WAYS,LINE", value_parser = parse_cache)]
+    pub ll: Option<decoder::cache::CacheGeometry>,
+}
+
+/// Parses a cache geometry argument.
+fn parse_cache(text: &str) -> Result<decoder::cache::CacheGeometry, String> {
+    decoder::cache::CacheGeometry::parse(text)
 }
 
 /// What `report` groups its table by.
@@ -244,6 +258,13 @@ pub enum ColourByArg {
     Distinct,
     /// Age only: bright when just touched.
     Age,
+    /// The function whose read last touched the line (its frame's colour).
+    Function,
+    /// The allocation site of the block holding the line.
+    Allocation,
+    /// The simulated caches: red the read that last touched the line missed
+    /// LL, orange it missed D1, blue it hit (see --d1, --ll).
+    Misses,
 }
 
 impl From<ColourByArg> for decoder::raster::ColourBy {
@@ -252,6 +273,9 @@ impl From<ColourByArg> for decoder::raster::ColourBy {
             ColourByArg::Bytes => decoder::raster::ColourBy::BytesRead,
             ColourByArg::Distinct => decoder::raster::ColourBy::DistinctBytes,
             ColourByArg::Age => decoder::raster::ColourBy::Age,
+            ColourByArg::Function => decoder::raster::ColourBy::Function,
+            ColourByArg::Allocation => decoder::raster::ColourBy::Allocation,
+            ColourByArg::Misses => decoder::raster::ColourBy::CacheMisses,
         }
     }
 }
@@ -360,6 +384,13 @@ impl DecodeArgs {
                 line_size: self.line_size,
                 max_age: self.max_age,
                 max_rows: self.max_rows.unwrap_or(self.max_age),
+            },
+            cache: decoder::cache::CacheConfig {
+                d1: self.d1,
+                ll: self
+                    .ll
+                    .or_else(decoder::cache::CacheGeometry::host_last_level)
+                    .unwrap_or(decoder::cache::CacheGeometry::LL),
             },
             ..Default::default()
         }

@@ -30,6 +30,7 @@ struct Report<'a> {
     threads: &'a std::collections::BTreeMap<u32, decoder::totals::Totals>,
     total: &'a decoder::totals::Totals,
     metrics: &'a decoder::model::Metrics,
+    cache: CacheJson,
     warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     by_function: Option<Vec<AccessRow>>,
@@ -37,6 +38,14 @@ struct Report<'a> {
     by_line: Option<Vec<AccessRow>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     by_allocation: Option<Vec<AllocationSiteRow>>,
+}
+
+/// The cache simulation, for JSON.
+#[derive(Serialize)]
+struct CacheJson {
+    d1: decoder::cache::CacheGeometry,
+    ll: decoder::cache::CacheGeometry,
+    misses: decoder::cache::CacheMisses,
 }
 
 /// A damaged region, for JSON.
@@ -80,6 +89,7 @@ pub fn report(args: ReportArgs) -> Result<()> {
         threads: &model.threads,
         total: &model.total,
         metrics: &model.metrics,
+        cache: CacheJson { d1: model.cache.config.d1, ll: model.cache.config.ll, misses: model.cache.misses },
         warnings: symbols.warnings().to_vec(),
         by_function,
         by_line,
@@ -158,23 +168,40 @@ pub fn report(args: ReportArgs) -> Result<()> {
         if hi - lo <= 1 { write!(out, ", {lo}: {n}")? } else { write!(out, ", {lo}-{}: {n}", hi - 1)? }
     }
     writeln!(out)?;
+    let c = &report.cache;
+    writeln!(
+        out,
+        "simulated D1 ({}):  {} read misses, {} write misses",
+        c.d1.describe(),
+        c.misses.d1_read,
+        c.misses.d1_write
+    )?;
+    writeln!(
+        out,
+        "simulated LL ({}):  {} read misses, {} write misses",
+        c.ll.describe(),
+        c.misses.ll_read,
+        c.misses.ll_write
+    )?;
     let limit = args.limit;
     if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
         writeln!(out)?;
         let title = if report.by_function.is_some() { "function" } else { "line" };
         writeln!(
             out,
-            "{:>12} {:>12} {:>12} {:>12}  {title}",
-            "self reads", "total reads", "self writes", "total writes"
+            "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {title}",
+            "self reads", "total reads", "self writes", "total writes", "D1 misses", "LL misses"
         )?;
         for r in rows.iter().take(limit) {
             writeln!(
                 out,
-                "{:>12} {:>12} {:>12} {:>12}  {}",
+                "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {}",
                 r.self_reads,
                 r.total_reads,
                 r.self_writes,
                 r.total_writes,
+                r.self_misses.d1(),
+                r.self_misses.ll(),
                 r.label()
             )?;
         }

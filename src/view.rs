@@ -16,7 +16,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
     }
     let mut options = viewer::ViewerOptions::new(args.file.clone());
     options.decode = args.decode.options();
-    options.decode.working_set.validate().map_err(anyhow::Error::msg)?;
+    options.decode.validate().map_err(anyhow::Error::msg)?;
     options.symbol_paths = args.decode.symbol_paths();
     options.size = args.size;
     options.columns = args.columns;
@@ -93,43 +93,111 @@ impl Drop for Xvfb {
     }
 }
 
-/// Builds `examples/c/array_sweep.c`, records `work`, and shows it.
+/// Builds `examples/c/array_sweep.c` (or takes the prebuilt copy when
+/// there is no C compiler), records `work`, prints its per-line table and
+/// shows it: in a window, or as a screenshot when there is no display.
 pub fn demo(args: DemoArgs) -> Result<ExitCode> {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/array_sweep.c");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     std::fs::create_dir_all(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
-    let binary = args.dir.join("array_sweep");
-    eprintln!("linetrace: building {} with gcc -O2 -g", source.display());
-    let status = Command::new("gcc")
-        .args(["-O2", "-g"])
-        .arg(&source)
-        .arg("-o")
-        .arg(&binary)
-        .status()
-        .context("cannot run gcc (apt-get install gcc)")?;
-    if !status.success() {
-        bail!("gcc failed on {}", source.display());
-    }
+    let binary = demo_binary(root, &args.dir)?;
     let trace = args.dir.join("array_sweep_work.lntrace");
     let me = std::env::current_exe().context("cannot find the linetrace binary")?;
-    let status = Command::new(&me)
-        .args(["record", "--force", "-f", "work", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&binary)
-        .status()
-        .context("cannot run linetrace record")?;
-    if !status.success() {
-        bail!("recording failed");
+    let linetrace = |what: &str, args: &[&std::ffi::OsStr]| -> Result<()> {
+        let status = Command::new(&me).args(args).status().with_context(|| format!("cannot run linetrace {what}"))?;
+        if !status.success() {
+            bail!("linetrace {what} failed");
+        }
+        Ok(())
+    };
+    linetrace(
+        "record",
+        &[
+            "record".as_ref(),
+            "--force".as_ref(),
+            "-f".as_ref(),
+            "work".as_ref(),
+            "-o".as_ref(),
+            trace.as_os_str(),
+            "--".as_ref(),
+            binary.as_os_str(),
+        ],
+    )?;
+    linetrace("report", &["report".as_ref(), trace.as_os_str(), "--by".as_ref(), "line".as_ref()])?;
+
+    let offscreen = args.screenshot || no_display();
+    if !offscreen {
+        run_viewer(viewer::ViewerOptions::new(trace))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = args.dir.join("array_sweep_work.png");
+    if let Some(missing) = offscreen_viewer_missing() {
+        // The CPU rasteriser draws the same flamegraph and bitmap without
+        // an X server or a Vulkan driver: still a picture, only no panels.
+        eprintln!(
+            "linetrace: no display and {missing}: drawing with `linetrace render` instead of the viewer \
+             (apt-get install xvfb mesa-vulkan-drivers for the viewer's screenshot)"
+        );
+        linetrace(
+            "render",
+            &["render".as_ref(), trace.as_os_str(), "--force".as_ref(), "-o".as_ref(), path.as_os_str()],
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if no_display() {
+        eprintln!("linetrace: no display: drawing the viewer offscreen to {}", path.display());
     }
     let mut options = viewer::ViewerOptions::new(trace);
-    if args.screenshot || no_display() {
-        let path = args.dir.join("array_sweep_work.png");
-        if no_display() {
-            eprintln!("linetrace: no display: drawing offscreen to {}", path.display());
-        }
-        options.screenshot = Some(viewer::ScreenshotRequest { path, state: None, hover: Some((100, Some(25))) });
-        options.size = (1400, 800);
-    }
+    options.screenshot = Some(viewer::ScreenshotRequest { path, state: None, hover: Some((100, Some(25))) });
+    options.size = (1400, 800);
     run_viewer(options)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The demo's target: built from source with gcc when there is one, else
+/// the checked-in build of the same source (tests/data, gcc -O2 -g).
+fn demo_binary(root: &Path, dir: &Path) -> Result<PathBuf> {
+    let source = root.join("examples/c/array_sweep.c");
+    let binary = dir.join("array_sweep");
+    eprintln!("linetrace: building {} with gcc -O2 -g", source.display());
+    match Command::new("gcc").args(["-O2", "-g"]).arg(&source).arg("-o").arg(&binary).status() {
+        Ok(status) if status.success() => Ok(binary),
+        Ok(_) => bail!("gcc failed on {}", source.display()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let prebuilt = root.join("tests/data/array_sweep");
+            eprintln!("linetrace: no gcc here: using the prebuilt {}", prebuilt.display());
+            if !prebuilt.is_file() {
+                bail!("no gcc and no prebuilt {}: apt-get install gcc", prebuilt.display());
+            }
+            Ok(prebuilt)
+        }
+        Err(error) => Err(error).context("cannot run gcc"),
+    }
+}
+
+/// Why the viewer cannot draw offscreen here, if it cannot: it needs an X
+/// server of its own (Xvfb) and a Vulkan driver (lavapipe on a machine
+/// without a GPU).
+fn offscreen_viewer_missing() -> Option<&'static str> {
+    let on_path = |name: &str| {
+        std::env::var_os("PATH").is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+    };
+    if !on_path("Xvfb") {
+        return Some("no Xvfb");
+    }
+    let icd_dirs = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d"];
+    let has_driver = std::env::var_os("VK_ICD_FILENAMES").is_some()
+        || std::env::var_os("VK_DRIVER_FILES").is_some()
+        || icd_dirs.iter().any(|dir| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()));
+    let has_loader = [
+        "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/usr/lib/libvulkan.so.1",
+        "/usr/lib64/libvulkan.so.1",
+    ]
+    .iter()
+    .any(|p| Path::new(p).exists());
+    if !has_driver || !has_loader {
+        return Some("no Vulkan driver");
+    }
+    None
 }

@@ -22,6 +22,7 @@ use trace_rt::format::{AllocKind, ChunkPosition, Event, TraceEnd, TraceReader};
 
 use crate::DecodeError;
 use crate::allocations::{AllocationIndex, AllocationRecord};
+use crate::cache::{CacheConfig, CacheMisses, CacheReport, CacheSimulator, MissFlags, Outcome};
 use crate::calltree::{CallTreeBuilder, OpenStack, apply_control};
 use crate::lines::LineSize;
 use crate::model::{
@@ -46,15 +47,16 @@ pub(crate) fn decode(
     progress: &mut dyn FnMut(u64),
     preview: Option<Arc<Preview>>,
 ) -> Result<Model, DecodeError> {
-    options.working_set.validate().map_err(DecodeError::InvalidSetting)?;
+    options.validate().map_err(DecodeError::InvalidSetting)?;
     let reader = TraceReader::open(path)?;
     let total_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let (sender, receiver) = sync_channel::<Vec<SetOp>>(BATCHES_IN_FLIGHT);
     let config = options.working_set;
+    let cache_config = options.cache;
     let stage_preview = preview.clone();
     let stage = std::thread::Builder::new()
         .name("linetrace-working-set".into())
-        .spawn(move || working_set_stage(config, receiver, stage_preview))
+        .spawn(move || working_set_stage(config, cache_config, receiver, stage_preview))
         .map_err(|e| DecodeError::Corrupt(format!("cannot start the decoding thread: {e}")))?;
     let mut events = EventStage::new(*options, SetStage { sender, batch: Vec::with_capacity(BATCH) });
     let mut report = |done: u64| {
@@ -102,6 +104,14 @@ pub(crate) fn decode(
         })
         .collect();
     let allocation_index = AllocationIndex::new(&events.allocations);
+    let mut site_counts = std::mem::take(&mut events.site_counts);
+    for (site, misses) in set.cache.per_site.iter().enumerate() {
+        if let Some(counts) = site_counts.get_mut(site) {
+            counts.misses = *misses;
+        }
+    }
+    let cache =
+        CacheReport { config: set.cache.simulator.config(), misses: set.cache.misses, columns: set.cache.columns };
     Ok(Model {
         trace_path: path.to_path_buf(),
         metadata: reader.metadata().clone(),
@@ -110,7 +120,7 @@ pub(crate) fn decode(
         exec: events.exec.and_then(|id| reader.strings().get(id as usize).cloned()),
         sites: reader.sites().to_vec(),
         modules: reader.modules().to_vec(),
-        site_counts: events.site_counts,
+        site_counts,
         columns,
         call_tree: std::mem::take(&mut events.calls).finish(columns),
         allocations: events.allocations,
@@ -118,6 +128,7 @@ pub(crate) fn decode(
         metrics,
         working_set: WorkingSetIndex { config, snapshots, columns },
         pyramid: set.pyramid,
+        cache,
         threads,
         total,
         stacks: std::mem::take(&mut events.stacks),
@@ -126,8 +137,10 @@ pub(crate) fn decode(
 
 /// What the event stage tells the working-set stage, in column order.
 enum SetOp {
-    /// The next column's read.
-    Read { addr: u64, size: u64 },
+    /// The next column's read (loads and read-modify-writes), by `site`.
+    Read { addr: u64, size: u64, site: u32 },
+    /// A store, for the cache simulation (writes make no column).
+    Write { addr: u64, size: u64, site: u32 },
     /// A block became live (for the allocation tint).
     Alloc { start: u64, end: u64 },
     /// The live block at `start` ended.
@@ -175,6 +188,34 @@ struct SetResults {
     pyramid: BitmapPyramid,
     /// (clock, lines) of each snapshot the event stage kept, in order.
     snapshot_sets: Vec<(u64, Vec<LineState>)>,
+    cache: CacheStage,
+}
+
+/// The cache simulation, kept by the working-set stage (it sees every
+/// access in order, and has time to spare on two cores).
+struct CacheStage {
+    simulator: CacheSimulator,
+    misses: CacheMisses,
+    per_site: Vec<CacheMisses>,
+    columns: MissFlags,
+}
+
+impl CacheStage {
+    /// One access; a read-modify-write references the cache once, as a
+    /// read (its write always hits): cachegrind's rule.
+    #[inline]
+    fn access(&mut self, addr: u64, size: u64, site: u32, write: bool) -> Outcome {
+        let outcome = self.simulator.access(addr, size);
+        if outcome.d1_misses > 0 {
+            self.misses.count(outcome, write);
+            let site = site as usize;
+            if site >= self.per_site.len() {
+                self.per_site.resize(site + 1, CacheMisses::default());
+            }
+            self.per_site[site].count(outcome, write);
+        }
+        outcome
+    }
 }
 
 /// Fetch statistics: lines that left the set.
@@ -232,9 +273,16 @@ impl LiveBlocks {
 /// The working-set stage: applies the reads in order.
 fn working_set_stage(
     config: WorkingSetConfig,
+    cache_config: CacheConfig,
     receiver: Receiver<Vec<SetOp>>,
     preview: Option<Arc<Preview>>,
 ) -> SetResults {
+    let mut cache = CacheStage {
+        simulator: CacheSimulator::new(cache_config),
+        misses: CacheMisses::default(),
+        per_site: Vec::new(),
+        columns: MissFlags::default(),
+    };
     let mut set = FastWorkingSet::new(config);
     let mut spans = SpanAccumulator::new(&mut set, 0, |_, _| false);
     let mut pyramid = preview.map(PyramidBuilder::with_preview).unwrap_or_default();
@@ -247,7 +295,9 @@ fn working_set_stage(
     for batch in receiver {
         for op in batch {
             match op {
-                SetOp::Read { addr, size } => {
+                SetOp::Read { addr, size, site } => {
+                    let outcome = cache.access(addr, size, site, false);
+                    cache.columns.push(outcome);
                     if column == next_block {
                         pyramid.push(&spans.close_span(&mut set));
                         next_block += pyramid.block_width();
@@ -257,6 +307,9 @@ fn working_set_stage(
                     spans.end_column(&mut set, |lo, hi| live.overlaps(lo, hi));
                     max_rows = max_rows.max(set.len() as u32);
                     column += 1;
+                }
+                SetOp::Write { addr, size, site } => {
+                    cache.access(addr, size, site, true);
                 }
                 SetOp::Alloc { start, end } => {
                     live.0.insert(start, end);
@@ -280,7 +333,7 @@ fn working_set_stage(
     }
     // Lines still in the set at the end count as fetches too.
     set.drain(|d| fetches.departed(d));
-    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets }
+    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, cache }
 }
 
 /// Per-thread counts of the decoding pass.
@@ -467,7 +520,7 @@ impl EventStage {
             if let Some(b) = block {
                 self.allocations[b].reads += 1;
             }
-            self.set.send(SetOp::Read { addr: a.addr, size: a.size });
+            self.set.send(SetOp::Read { addr: a.addr, size: a.size, site: a.site });
             for line in first..=last {
                 self.reuse.access(line, t);
             }
@@ -476,6 +529,9 @@ impl EventStage {
         if a.writes {
             for line in first..=last {
                 self.reuse.write(line, t);
+            }
+            if !a.reads {
+                self.set.send(SetOp::Write { addr: a.addr, size: a.size, site: a.site });
             }
         }
     }

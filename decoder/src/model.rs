@@ -27,6 +27,11 @@
 //!   [`AllocationIndex`] for "which block holds address A at column c".
 //! - **metrics** ([`Metrics`]) and per-site counts for per-function, per-line
 //!   and per-allocation-site tables ([`crate::tables`]).
+//! - **cache simulation** ([`CacheReport`]): D1 and LL misses of a
+//!   set-associative LRU model with cachegrind's rules ([`crate::cache`]),
+//!   per site, in all, and as two flags per column (2 bits a read: the one
+//!   part of the model that grows with the trace length, 25 MB per 100M
+//!   reads).
 //!
 //! Memory use grows with the program's footprint (distinct lines, sites,
 //! calls, allocations), not with the number of accesses; the bitmap summary
@@ -41,6 +46,7 @@ use trace_rt::format::{Damage, Event, Metadata, Module, Site, TraceEnd};
 use crate::DecodeError;
 use crate::allocations::AllocationIndex;
 pub use crate::allocations::AllocationRecord;
+use crate::cache::{CacheConfig, CacheMisses, CacheReport};
 use crate::calltree::{CallTree, Frame, OpenStack};
 use crate::cursor::ColumnCursor;
 use crate::lines::LineSize;
@@ -51,7 +57,8 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 
 /// Version of this contract; bumped when a field changes meaning.
 /// 2: the bitmap summary, the allocation index, damage and exec, cursors.
-pub const MODEL_VERSION: u32 = 2;
+/// 3: the cache simulation (per-site misses, per-column miss flags).
+pub const MODEL_VERSION: u32 = 3;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.
@@ -64,11 +71,25 @@ pub struct DecodeOptions {
     pub working_set: WorkingSetConfig,
     /// Columns between working-set snapshots (at least).
     pub snapshot_every: u64,
+    /// The simulated D1 and LL ([`crate::cache`]).
+    pub cache: CacheConfig,
 }
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions { working_set: WorkingSetConfig::default(), snapshot_every: 1 << 14 }
+        DecodeOptions {
+            working_set: WorkingSetConfig::default(),
+            snapshot_every: 1 << 14,
+            cache: CacheConfig::default(),
+        }
+    }
+}
+
+impl DecodeOptions {
+    /// Checks every setting; a message for people when one is out of range.
+    pub fn validate(&self) -> Result<(), String> {
+        self.working_set.validate()?;
+        self.cache.validate()
     }
 }
 
@@ -138,6 +159,8 @@ pub struct SiteCounts {
     pub writes: u64,
     /// Bytes read.
     pub bytes_read: u64,
+    /// Simulated cache misses of its executions.
+    pub misses: CacheMisses,
 }
 
 /// A working-set snapshot at the start of an events chunk.
@@ -198,6 +221,8 @@ pub struct Model {
     pub working_set: WorkingSetIndex,
     /// The bitmap summed at every power-of-two scale.
     pub pyramid: BitmapPyramid,
+    /// The cache simulation: geometry, misses, per-column miss flags.
+    pub cache: CacheReport,
     /// Totals per thread.
     pub threads: BTreeMap<u32, Totals>,
     /// Totals of all threads (unique lines counted once across threads).

@@ -45,6 +45,12 @@ pub struct RangeStats {
     pub utilisation: f64,
     /// Reuse distances within the range.
     pub reuse: ReuseHistogram,
+    /// Reads of the range that missed the simulated D1, and LL (the
+    /// simulation runs over the whole trace: caches are as warm as the
+    /// reads before the range left them).
+    pub d1_read_misses: u64,
+    /// Reads of the range that missed the simulated LL.
+    pub ll_read_misses: u64,
     /// By function, most reads first.
     pub by_function: Vec<AccessRow>,
     /// By source line.
@@ -134,6 +140,7 @@ pub fn range_stats(
         stats.utilisation = stats.mean_distinct_bytes_per_fetch / f64::from(line_size.bytes());
     }
     stats.reuse = reuse.histogram().clone();
+    (stats.d1_read_misses, stats.ll_read_misses) = model.cache.columns.count(from, to);
     stats.by_function = group_accesses(&model.sites, &counts, functions.into_iter(), symbols, Grouping::Function);
     stats.by_line = group_accesses(&model.sites, &counts, std::iter::empty(), symbols, Grouping::Line);
     Ok(stats)

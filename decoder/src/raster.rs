@@ -61,15 +61,34 @@ pub enum ColourBy {
     /// The allocation site of the block holding the line (the colour of
     /// the allocating function's frame); lines outside blocks are grey.
     Allocation,
+    /// Whether the read that last touched the line missed the simulated
+    /// caches ([`crate::cache`]): red an LL miss, orange a D1 miss, blue a
+    /// hit, fading with age.
+    CacheMisses,
 }
 
 impl ColourBy {
     /// Whether colours are categories (function, allocation site): those do
     /// not average into sums, so such views are drawn exactly.
     pub fn is_category(self) -> bool {
-        matches!(self, ColourBy::Function | ColourBy::Allocation)
+        matches!(self, ColourBy::Function | ColourBy::Allocation | ColourBy::CacheMisses)
+    }
+
+    /// For people: `function`, `cache misses`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColourBy::BytesRead => "bytes read",
+            ColourBy::DistinctBytes => "distinct bytes",
+            ColourBy::Age => "age",
+            ColourBy::Function => "function",
+            ColourBy::Allocation => "allocation site",
+            ColourBy::CacheMisses => "cache misses",
+        }
     }
 }
+
+/// Colours of [`ColourBy::CacheMisses`]: an LL miss, a D1 miss, a hit.
+pub const MISS_COLOURS: [Colour; 3] = [[0.93, 0.20, 0.16], [0.98, 0.62, 0.12], [0.25, 0.50, 0.90]];
 
 /// Most columns a view coloured by a category covers: it is drawn exactly,
 /// which replays the whole range.
@@ -128,7 +147,9 @@ impl Palette {
                 ColourBy::Age => bg[k] + m.fresh * (self.touched[k] - bg[k]),
                 // Categories are drawn cell by cell ([`category_colour`]);
                 // summed cells can only show their freshness.
-                ColourBy::Function | ColourBy::Allocation => bg[k] + m.fresh * (NO_CATEGORY[k] - bg[k]),
+                ColourBy::Function | ColourBy::Allocation | ColourBy::CacheMisses => {
+                    bg[k] + m.fresh * (NO_CATEGORY[k] - bg[k])
+                }
             };
         }
         lerp(c, self.allocation, self.allocation_strength * m.tint.clamp(0.0, 1.0))
@@ -447,7 +468,7 @@ pub fn rasterize_bitmap_with_progress(
         if wide > MAX_CATEGORY_COLUMNS as f64 {
             return Err(DecodeError::InvalidSetting(format!(
                 "colouring by {} draws every column: views of at most {} columns (this one has {}); zoom in",
-                if view.colour_by == ColourBy::Function { "function" } else { "allocation" },
+                view.colour_by.name(),
                 MAX_CATEGORY_COLUMNS,
                 wide as u64
             )));
@@ -604,6 +625,18 @@ impl<'a> Categories<'a> {
             ColourBy::Function => {
                 let f = *self.toucher.get(&line.last_column)?;
                 Some(self.colour_of_function(f))
+            }
+            ColourBy::CacheMisses => {
+                let (d1, ll) = self.model.cache.columns.get(line.last_column);
+                Some(
+                    MISS_COLOURS[if ll {
+                        0
+                    } else if d1 {
+                        1
+                    } else {
+                        2
+                    }],
+                )
             }
             ColourBy::Allocation => {
                 let ls = self.model.line_size();

@@ -31,6 +31,8 @@ pub struct AccessRow {
     pub total_writes: u64,
     /// Bytes read by its own instructions.
     pub self_bytes_read: u64,
+    /// Simulated cache misses of its own instructions.
+    pub self_misses: crate::cache::CacheMisses,
     /// Kinds of compiler fragments whose accesses are in the row (`cold`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fragments: Vec<String>,
@@ -120,6 +122,7 @@ pub fn group_accesses(
         row.self_reads += counts.reads;
         row.self_writes += counts.writes;
         row.self_bytes_read += counts.bytes_read;
+        row.self_misses.add(&counts.misses);
     }
     let mut extra: HashMap<String, (u64, u64)> = HashMap::new();
     for (pc, totals) in inclusive {

@@ -31,7 +31,11 @@ fn write_trace(reads: &[(u64, u32)], finish: bool, chunk: usize) -> tempfile::Te
 }
 
 fn options(max_age: u32, max_rows: u32, snapshot_every: u64) -> DecodeOptions {
-    DecodeOptions { working_set: WorkingSetConfig { line_size: 64, max_age, max_rows }, snapshot_every }
+    DecodeOptions {
+        working_set: WorkingSetConfig { line_size: 64, max_age, max_rows },
+        snapshot_every,
+        ..Default::default()
+    }
 }
 
 fn to8(c: [f64; 3]) -> [u8; 4] {
@@ -326,4 +330,41 @@ fn fast_rasteriser_equals_the_per_cell_reference() {
         assert!(worst <= 1, "{view:?}: pixels differ by up to {worst}");
         assert!(fast.rgba.chunks(4).any(|px| px[..3] != to8(p.background)[..3]), "{view:?} drew something");
     }
+}
+
+/// Colouring by cache misses: a cell takes the miss colour of the read
+/// that last touched its line (LL miss, D1 miss, hit), at full strength
+/// when just touched. A direct-mapped D1 of two lines makes the D1 miss.
+#[test]
+fn cells_show_whether_their_last_read_missed() {
+    use decoder::cache::{CacheConfig, CacheGeometry};
+    use decoder::raster::{MISS_COLOURS, category_colour};
+    // Lines 0, 2 (same D1 set: evicts 0), 0 again (D1 miss, LL hit),
+    // 0 again (hit).
+    let path = write_trace(&[(0, 8), (128, 8), (0, 8), (0, 8)], true, 1 << 20);
+    let mut opts = options(8, 8, 1);
+    opts.cache = CacheConfig {
+        d1: CacheGeometry { size: 128, ways: 1, line_size: 64 },
+        ll: CacheGeometry { size: 4096, ways: 4, line_size: 64 },
+    };
+    let model = Model::decode(&path, &opts, &mut |_| {}).expect("decode");
+    assert_eq!(model.cache.misses.d1_read, 3);
+    assert_eq!(model.cache.misses.ll_read, 2);
+    let flags: Vec<(bool, bool)> = (0..4).map(|c| model.cache.columns.get(c)).collect();
+    assert_eq!(flags, [(true, true), (true, true), (true, false), (false, false)]);
+    let p = Palette::default();
+    let view = BitmapView {
+        columns: (0.0, 4.0),
+        rows: (0.0, 2.0),
+        width: 4,
+        height: 2,
+        alpha: 1.0,
+        colour_by: ColourBy::CacheMisses,
+    };
+    let img = rasterize_bitmap(&model, &view, &p).expect("raster");
+    let fresh = |c: [f64; 3]| to8(category_colour(&p, Some(c), 1.0));
+    assert_eq!(img.pixel(0, 0), fresh(MISS_COLOURS[0]), "line 0 first read: LL miss");
+    assert_eq!(img.pixel(1, 1), fresh(MISS_COLOURS[0]), "line 2: LL miss");
+    assert_eq!(img.pixel(2, 0), fresh(MISS_COLOURS[1]), "line 0 again: D1 miss");
+    assert_eq!(img.pixel(3, 0), fresh(MISS_COLOURS[2]), "line 0 once more: hit");
 }

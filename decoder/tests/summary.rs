@@ -57,7 +57,11 @@ fn trace_with_hot_tail(seed: u64, reads: u64, spread: u64, chunk: usize, hot: u6
 }
 
 fn options(max_age: u32, snapshot_every: u64) -> DecodeOptions {
-    DecodeOptions { working_set: WorkingSetConfig { line_size: 64, max_age, max_rows: max_age }, snapshot_every }
+    DecodeOptions {
+        working_set: WorkingSetConfig { line_size: 64, max_age, max_rows: max_age },
+        snapshot_every,
+        ..Default::default()
+    }
 }
 
 proptest! {

@@ -91,16 +91,39 @@ pub struct CachegrindCounts {
     pub dr: u64,
     /// Data writes.
     pub dw: u64,
+    /// D1 misses of reads.
+    pub d1mr: u64,
+    /// D1 misses of writes.
+    pub d1mw: u64,
+    /// LL misses of reads.
+    pub dlmr: u64,
+    /// LL misses of writes.
+    pub dlmw: u64,
+}
+
+impl CachegrindCounts {
+    fn add(&mut self, other: &CachegrindCounts) {
+        self.ir += other.ir;
+        self.dr += other.dr;
+        self.dw += other.dw;
+        self.d1mr += other.d1mr;
+        self.d1mw += other.d1mw;
+        self.dlmr += other.dlmr;
+        self.dlmw += other.dlmw;
+    }
 }
 
 /// Runs the program under `valgrind --tool=cachegrind --cache-sim=yes` and
 /// returns the self counts of `function`.
 pub fn cachegrind(program: &Path, args: &[&str], function: &str) -> CachegrindCounts {
+    cachegrind_with(program, args, &[], function)
+}
+
+/// Like [`cachegrind`], with more valgrind options (`--D1=...`).
+pub fn cachegrind_with(program: &Path, args: &[&str], options: &[&str], function: &str) -> CachegrindCounts {
     let mut counts = CachegrindCounts::default();
-    for c in cachegrind_lines(program, args, function).values() {
-        counts.ir += c.ir;
-        counts.dr += c.dr;
-        counts.dw += c.dw;
+    for c in cachegrind_lines_with(program, args, options, function).values() {
+        counts.add(c);
     }
     counts
 }
@@ -112,23 +135,22 @@ pub fn cachegrind_lines(
     args: &[&str],
     function: &str,
 ) -> std::collections::BTreeMap<(String, u32), CachegrindCounts> {
-    let out_file = scratch_dir().join(format!("cachegrind-{}-{function}.out", std::process::id()));
-    let status = Command::new("valgrind")
-        .args(["--tool=cachegrind", "--cache-sim=yes", "-q"])
-        .arg(format!("--cachegrind-out-file={}", out_file.display()))
-        .arg(program)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("valgrind is installed (apt-get install valgrind)");
-    assert!(status.success(), "cachegrind run failed");
-    let text = std::fs::read_to_string(&out_file).expect("cachegrind output");
+    cachegrind_lines_with(program, args, &[], function)
+}
+
+/// Like [`cachegrind_lines`], with more valgrind options.
+pub fn cachegrind_lines_with(
+    program: &Path,
+    args: &[&str],
+    options: &[&str],
+    function: &str,
+) -> std::collections::BTreeMap<(String, u32), CachegrindCounts> {
+    let text = run_cachegrind(program, args, options);
     let events: Vec<&str> =
         text.lines().find_map(|l| l.strip_prefix("events:")).expect("events line").split_whitespace().collect();
     let col = |name: &str| events.iter().position(|e| *e == name).expect("event column");
     let (ir, dr, dw) = (col("Ir"), col("Dr"), col("Dw"));
+    let (d1mr, d1mw, dlmr, dlmw) = (col("D1mr"), col("D1mw"), col("DLmr"), col("DLmw"));
     let mut lines = std::collections::BTreeMap::new();
     let mut in_function = false;
     let mut file = String::new();
@@ -146,9 +168,59 @@ pub fn cachegrind_lines(
             entry.ir += get(ir);
             entry.dr += get(dr);
             entry.dw += get(dw);
+            entry.d1mr += get(d1mr);
+            entry.d1mw += get(d1mw);
+            entry.dlmr += get(dlmr);
+            entry.dlmw += get(dlmw);
         }
     }
     lines
+}
+
+/// Runs cachegrind with the cache simulation; returns its output file.
+fn run_cachegrind(program: &Path, args: &[&str], options: &[&str]) -> String {
+    static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let run = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out_file = scratch_dir().join(format!("cachegrind-{}-{run}.out", std::process::id()));
+    let status = Command::new("valgrind")
+        .args(["--tool=cachegrind", "--cache-sim=yes", "-q"])
+        .args(options)
+        .arg(format!("--cachegrind-out-file={}", out_file.display()))
+        .arg(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("valgrind is installed (apt-get install valgrind)");
+    assert!(status.success(), "cachegrind run failed");
+    let text = std::fs::read_to_string(&out_file).expect("cachegrind output");
+    let _ = std::fs::remove_file(&out_file);
+    text
+}
+
+/// Cachegrind's counts of the whole run (its `summary:` line).
+pub fn cachegrind_summary(program: &Path, args: &[&str], options: &[&str]) -> CachegrindCounts {
+    let text = run_cachegrind(program, args, options);
+    let events: Vec<&str> =
+        text.lines().find_map(|l| l.strip_prefix("events:")).expect("events line").split_whitespace().collect();
+    let values: Vec<u64> = text
+        .lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .expect("summary line")
+        .split_whitespace()
+        .map(|n| n.parse().expect("number"))
+        .collect();
+    let get = |name: &str| events.iter().position(|e| *e == name).map(|i| values[i]).expect("event");
+    CachegrindCounts {
+        ir: get("Ir"),
+        dr: get("Dr"),
+        dw: get("Dw"),
+        d1mr: get("D1mr"),
+        d1mw: get("D1mw"),
+        dlmr: get("DLmr"),
+        dlmw: get("DLmw"),
+    }
 }
 
 /// Address of a symbol in an ELF file (link-time), from `nm`.

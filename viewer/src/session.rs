@@ -73,7 +73,11 @@ impl Session {
     /// A session over a model decoded already (tests, other tools).
     pub fn from_model(path: PathBuf, model: Model, symbol_paths: SymbolPaths) -> Session {
         let symbols = Arc::new(Symbolizer::with_paths(&model.modules, symbol_paths.clone()));
-        let options = DecodeOptions { working_set: model.working_set.config, ..DecodeOptions::default() };
+        let options = DecodeOptions {
+            working_set: model.working_set.config,
+            cache: model.cache.config,
+            ..DecodeOptions::default()
+        };
         Session {
             path,
             options,

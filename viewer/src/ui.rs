@@ -359,9 +359,14 @@ fn toolbar(
         ui.separator();
         ui.label("colour:");
         egui::ComboBox::from_id_salt("colour-by").selected_text(colour_name(state.colour_by)).show_ui(ui, |ui| {
-            for c in
-                [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age, ColourBy::Function, ColourBy::Allocation]
-            {
+            for c in [
+                ColourBy::BytesRead,
+                ColourBy::DistinctBytes,
+                ColourBy::Age,
+                ColourBy::Function,
+                ColourBy::Allocation,
+                ColourBy::CacheMisses,
+            ] {
                 ui.selectable_value(&mut state.colour_by, c, colour_name(c));
             }
         });
@@ -373,13 +378,7 @@ fn toolbar(
 }
 
 fn colour_name(c: ColourBy) -> &'static str {
-    match c {
-        ColourBy::BytesRead => "bytes read",
-        ColourBy::DistinctBytes => "distinct bytes",
-        ColourBy::Age => "age",
-        ColourBy::Function => "function",
-        ColourBy::Allocation => "allocation site",
-    }
+    c.name()
 }
 
 /// The zoom as a person reads it: columns per pixel when zoomed out, pixels
@@ -524,6 +523,8 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
                 ("line fetches", r.line_fetches.to_string()),
                 ("bytes read / fetch", format!("{:.1}", r.mean_bytes_read_per_fetch)),
                 ("utilisation", format!("{:.0}%", 100.0 * r.utilisation)),
+                ("D1 read misses", r.d1_read_misses.to_string()),
+                ("LL read misses", r.ll_read_misses.to_string()),
             ] {
                 ui.label(k);
                 ui.label(v);
@@ -1014,6 +1015,15 @@ fn main_view(
             }
             report.bands.push((b.label.clone(), b.first_row, b.rows));
         }
+        // Rows are working-set positions, not addresses: the labels hold at
+        // one column only, so say which.
+        painter_g.text(
+            egui::pos2(gutter.left() + 4.0, gutter.bottom() - 3.0),
+            egui::Align2::LEFT_BOTTOM,
+            format!("rows at column {reference}"),
+            egui::FontId::proportional(10.0),
+            egui::Color32::GRAY,
+        );
     }
 
     // Tooltip.
