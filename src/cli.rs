@@ -118,6 +118,62 @@ pub enum Command {
     /// {"event":"end", "status":..., "damage":[...]}.
     #[command(verbatim_doc_comment)]
     Dump(DumpArgs),
+    /// Compare two traces (two builds, two layouts of the same function):
+    /// metrics side by side with the ratio B/A, then functions (or source
+    /// lines) matched by name, largest change of reads first.
+    ///
+    /// Functions are matched by demangled name, compiler fragments (.cold,
+    /// .part.N, .isra, .constprop) folded into their function; a function
+    /// in one trace only is listed as such. "share" is a row's total reads
+    /// over its trace's reads. D1/LL misses come from the cache simulation
+    /// (--d1, --ll), the same for both traces.
+    ///
+    /// Exit status: 0, or 1 when a --fail-if threshold is crossed (a CI
+    /// regression gate), 2 on errors.
+    Diff(DiffArgs),
+}
+
+/// Arguments of `diff`.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline trace.
+    pub a: PathBuf,
+    /// The trace compared with it.
+    pub b: PathBuf,
+    /// Rows by function or by source line (file:line).
+    #[arg(long, value_enum, default_value_t = DiffGrouping::Function)]
+    pub by: DiffGrouping,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Rows to print (text).
+    #[arg(long, default_value_t = 30)]
+    pub limit: usize,
+    /// Exit 1 when B changed by more than this: METRIC>+N% (grew) or
+    /// METRIC<-N% (shrank), e.g. 'reads>+5%', 'd1_misses>+1%',
+    /// 'utilisation<-10%'. Metrics: instructions, reads, writes,
+    /// bytes_read, lines, line_fetches, bytes_per_fetch,
+    /// distinct_bytes_per_fetch, utilisation, d1_misses, ll_misses.
+    /// Repeatable.
+    #[arg(long = "fail-if", value_name = "CONDITION", value_parser = parse_threshold)]
+    pub fail_if: Vec<decoder::diff::Threshold>,
+    /// Decoding settings (both traces).
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// What `diff` groups rows by.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DiffGrouping {
+    /// Containing function.
+    Function,
+    /// Source file and line.
+    Line,
+}
+
+/// Parses a `--fail-if` condition.
+fn parse_threshold(text: &str) -> Result<decoder::diff::Threshold, String> {
+    decoder::diff::Threshold::parse(text)
 }
 
 /// Arguments of `record`.

@@ -3,6 +3,7 @@
 
 mod at;
 mod cli;
+mod diff;
 mod dump;
 mod output;
 mod progress;
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
         Command::View(args) => view::view(args).map(|()| ExitCode::SUCCESS),
         Command::Demo(args) => view::demo(args),
         Command::Dump(args) => dump::dump(args).map(|()| ExitCode::SUCCESS),
+        Command::Diff(args) => diff::diff(args),
     };
     match result {
         Ok(code) => code,

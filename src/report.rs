@@ -163,9 +163,7 @@ pub fn report(args: ReportArgs) -> Result<()> {
     )?;
     write!(out, "reuse distance (lines):  cold {}", mt.reuse.cold)?;
     for (k, n) in mt.reuse.buckets.iter().enumerate().filter(|(_, n)| **n > 0) {
-        let lo = decoder::reuse::ReuseHistogram::bucket_start(k);
-        let hi = decoder::reuse::ReuseHistogram::bucket_start(k + 1);
-        if hi - lo <= 1 { write!(out, ", {lo}: {n}")? } else { write!(out, ", {lo}-{}: {n}", hi - 1)? }
+        write!(out, ", {}: {n}", decoder::reuse::ReuseHistogram::bucket_label(k))?;
     }
     writeln!(out)?;
     let c = &report.cache;

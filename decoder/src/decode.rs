@@ -110,6 +110,11 @@ pub(crate) fn decode(
             counts.misses = *misses;
         }
     }
+    for (site, &fetches) in set.site_fetches.iter().enumerate() {
+        if let Some(counts) = site_counts.get_mut(site) {
+            counts.line_fetches = fetches;
+        }
+    }
     let cache =
         CacheReport { config: set.cache.simulator.config(), misses: set.cache.misses, columns: set.cache.columns };
     Ok(Model {
@@ -189,6 +194,8 @@ struct SetResults {
     /// (clock, lines) of each snapshot the event stage kept, in order.
     snapshot_sets: Vec<(u64, Vec<LineState>)>,
     cache: CacheStage,
+    /// Lines each site's reads inserted into the working set.
+    site_fetches: Vec<u64>,
 }
 
 /// The cache simulation, kept by the working-set stage (it sees every
@@ -239,6 +246,8 @@ impl FetchStats {
 struct SetObserver<'a> {
     fetches: &'a mut FetchStats,
     spans: &'a mut SpanAccumulator,
+    /// Lines this read inserted.
+    inserted: u64,
 }
 
 impl LineObserver for SetObserver<'_> {
@@ -248,6 +257,7 @@ impl LineObserver for SetObserver<'_> {
     }
     #[inline]
     fn inserted(&mut self, state: &mut LineState) {
+        self.inserted += 1;
         self.spans.inserted(state);
     }
     #[inline]
@@ -291,6 +301,7 @@ fn working_set_stage(
     let mut fetches = FetchStats::default();
     let mut max_rows = 0u32;
     let mut snapshot_sets = Vec::new();
+    let mut site_fetches: Vec<u64> = Vec::new();
     let mut column = 0u64;
     for batch in receiver {
         for op in batch {
@@ -303,7 +314,15 @@ fn working_set_stage(
                         next_block += pyramid.block_width();
                     }
                     spans.begin_column(column);
-                    set.read(addr, size, &mut SetObserver { fetches: &mut fetches, spans: &mut spans });
+                    let mut observer = SetObserver { fetches: &mut fetches, spans: &mut spans, inserted: 0 };
+                    set.read(addr, size, &mut observer);
+                    if observer.inserted > 0 {
+                        let site = site as usize;
+                        if site >= site_fetches.len() {
+                            site_fetches.resize(site + 1, 0);
+                        }
+                        site_fetches[site] += observer.inserted;
+                    }
                     spans.end_column(&mut set, |lo, hi| live.overlaps(lo, hi));
                     max_rows = max_rows.max(set.len() as u32);
                     column += 1;
@@ -333,7 +352,7 @@ fn working_set_stage(
     }
     // Lines still in the set at the end count as fetches too.
     set.drain(|d| fetches.departed(d));
-    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, cache }
+    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, cache, site_fetches }
 }
 
 /// Per-thread counts of the decoding pass.

@@ -25,6 +25,7 @@ pub mod cache;
 pub mod calltree;
 pub mod cursor;
 mod decode;
+pub mod diff;
 mod error;
 pub mod inspect;
 pub mod lines;

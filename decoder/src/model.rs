@@ -161,6 +161,8 @@ pub struct SiteCounts {
     pub bytes_read: u64,
     /// Simulated cache misses of its executions.
     pub misses: CacheMisses,
+    /// Lines its reads inserted into the working set.
+    pub line_fetches: u64,
 }
 
 /// A working-set snapshot at the start of an events chunk.

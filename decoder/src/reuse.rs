@@ -37,6 +37,12 @@ impl ReuseHistogram {
         if k == 0 { 0 } else { 1 << (k - 1) }
     }
 
+    /// Bucket `k` for people: `0`, `1`, `2-3`, `16-31`.
+    pub fn bucket_label(k: usize) -> String {
+        let (lo, hi) = (Self::bucket_start(k), Self::bucket_start(k + 1));
+        if hi - lo <= 1 { lo.to_string() } else { format!("{lo}-{}", hi - 1) }
+    }
+
     fn add(&mut self, distance: u64) {
         let k = Self::bucket_of(distance);
         if self.buckets.len() <= k {

@@ -33,6 +33,8 @@ pub struct AccessRow {
     pub self_bytes_read: u64,
     /// Simulated cache misses of its own instructions.
     pub self_misses: crate::cache::CacheMisses,
+    /// Lines its own reads inserted into the working set.
+    pub self_line_fetches: u64,
     /// Kinds of compiler fragments whose accesses are in the row (`cold`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub fragments: Vec<String>,
@@ -123,6 +125,7 @@ pub fn group_accesses(
         row.self_writes += counts.writes;
         row.self_bytes_read += counts.bytes_read;
         row.self_misses.add(&counts.misses);
+        row.self_line_fetches += counts.line_fetches;
     }
     let mut extra: HashMap<String, (u64, u64)> = HashMap::new();
     for (pc, totals) in inclusive {

@@ -537,7 +537,7 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
             .iter()
             .enumerate()
             .filter(|(_, n)| **n > 0)
-            .map(|(k, n)| format!("{}+: {n}", decoder::reuse::ReuseHistogram::bucket_start(k)))
+            .map(|(k, n)| format!("{}: {n}", decoder::reuse::ReuseHistogram::bucket_label(k)))
             .collect();
         ui.label(format!("reuse distance: cold {}, {}", r.reuse.cold, hist.join(", ")));
     }

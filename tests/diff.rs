@@ -1,0 +1,95 @@
+//! `linetrace diff`: the per-function read deltas of two builds against
+//! cachegrind's, a golden table on checked-in traces, and the CI gate.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Per-function reads of the traced extent, -O0 against -O2: the delta
+/// linetrace reports equals the difference of cachegrind's Dr in the two
+/// builds (matmul_naive calls nothing, so its self and total reads are
+/// the whole extent's).
+#[test]
+fn read_deltas_between_builds_equal_cachegrind() {
+    let o0 = c_example("matmul", &["-O0"]);
+    let o2 = c_example("matmul", &[]);
+    let (ta, tb) = (trace_path("diff-O0"), trace_path("diff-O2"));
+    for (bin, trace) in [(&o0, &ta), (&o2, &tb)] {
+        let out = record(bin, "matmul_naive", &[], trace);
+        assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = linetrace().args(["diff", "--json"]).arg(&ta).arg(&tb).output().expect("diff");
+    assert!(out.status.success(), "diff: {}", String::from_utf8_lossy(&out.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let row = d["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["key"] == "matmul_naive"))
+        .expect("matmul_naive row")
+        .clone();
+    let (cg0, cg2) = (cachegrind(&o0, &[], "matmul_naive"), cachegrind(&o2, &[], "matmul_naive"));
+    let expected = cg2.dr as i64 - cg0.dr as i64;
+    assert_eq!(row["delta_self_reads"].as_i64(), Some(expected), "{row}");
+    assert_eq!(row["delta_total_reads"].as_i64(), Some(expected), "{row}");
+    assert!(expected < -50_000, "-O2 reads far less than -O0: {expected}");
+    let reads = d["metrics"].as_array().and_then(|m| m.iter().find(|m| m["name"] == "reads")).expect("reads");
+    assert_eq!(reads["a"].as_f64(), Some(cg0.dr as f64));
+    assert_eq!(reads["b"].as_f64(), Some(cg2.dr as f64));
+}
+
+/// The text table of the checked-in pair, against its golden file
+/// (`LINETRACE_BLESS=1` rewrites it).
+#[test]
+fn diff_table_matches_the_golden_file() {
+    let out = linetrace()
+        .current_dir(root())
+        .args(["diff", "--modules", "tests/data", "--ll", "8M,16,64"])
+        .args(["tests/data/matmul_naive_O0.lntrace", "tests/data/matmul_naive_O2.lntrace"])
+        .output()
+        .expect("diff");
+    assert!(out.status.success(), "diff: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let golden = root().join("tests/data/matmul_naive_diff.txt");
+    if std::env::var_os("LINETRACE_BLESS").is_some() {
+        std::fs::write(&golden, &text).expect("bless");
+    }
+    let want = std::fs::read_to_string(&golden).expect("golden file (LINETRACE_BLESS=1 writes it)");
+    assert_eq!(text, want, "diff output changed; LINETRACE_BLESS=1 rewrites the golden file if that is right");
+    assert!(text.contains("matmul_naive"), "{text}");
+}
+
+/// `--fail-if` makes diff a CI gate: exit 1 with the crossing on stderr
+/// when crossed, 0 when not, 2 with a clear message for a bad condition.
+#[test]
+fn fail_if_gates_on_thresholds() {
+    let run = |conditions: &[&str]| {
+        let mut cmd = linetrace();
+        cmd.current_dir(root()).args(["diff", "--modules", "tests/data"]);
+        for c in conditions {
+            cmd.args(["--fail-if", c]);
+        }
+        cmd.args(["tests/data/matmul_naive_O0.lntrace", "tests/data/matmul_naive_O2.lntrace"]).output().expect("diff")
+    };
+    let out = run(&["reads<-50%"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("threshold crossed: reads"), "{err}");
+    assert_eq!(run(&["reads>+5%", "lines>+1%"]).status.code(), Some(0), "-O2 reads less, touches no more lines");
+    // Swapped: -O0 after -O2 is a regression.
+    let out = linetrace()
+        .current_dir(root())
+        .args(["diff", "--modules", "tests/data", "--fail-if", "reads>+5%"])
+        .args(["tests/data/matmul_naive_O2.lntrace", "tests/data/matmul_naive_O0.lntrace"])
+        .output()
+        .expect("diff");
+    assert_eq!(out.status.code(), Some(1));
+    let out = run(&["reeds>+5%"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unknown metric") && !err.contains("panicked"), "{err}");
+}
