@@ -125,8 +125,11 @@ pub fn diff(a: &Model, sa: &Symbolizer, b: &Model, sb: &Symbolizer, grouping: Gr
     }
 }
 
+/// Reads one whole-trace metric off a model.
+pub type MetricOf = fn(&Model) -> f64;
+
 /// The metric names `--fail-if` accepts, with how each is read off a model.
-pub const METRICS: &[(&str, fn(&Model) -> f64)] = &[
+pub const METRICS: &[(&str, MetricOf)] = &[
     ("instructions", |m| m.total.instructions as f64),
     ("reads", |m| m.total.reads as f64),
     ("writes", |m| m.total.writes as f64),
