@@ -131,6 +131,62 @@ pub enum Command {
     /// Exit status: 0, or 1 when a --fail-if threshold is crossed (a CI
     /// regression gate), 2 on errors.
     Diff(DiffArgs),
+    /// Write a trace in a format other tools open: chrome (trace-event
+    /// JSON for Perfetto, Spall, chrome://tracing: a slice per call,
+    /// timestamps in read columns, counter tracks for the working-set size,
+    /// line fetches and bytes read per fetch), folded (stacks with weights
+    /// for inferno / flamegraph.pl), speedscope, or csv (one row per
+    /// access: column, thread, pc, function, file_line, address, line, size,
+    /// kind; a write's column is that of the read after it).
+    Export(ExportArgs),
+}
+
+/// Arguments of `export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Trace file to read.
+    pub file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: ExportFormat,
+    /// File to write.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Replace the output file even if it is a trace or a program.
+    #[arg(long)]
+    pub force: bool,
+    /// What a folded stack's weight counts.
+    #[arg(long, value_enum, default_value_t = ExportWeight::Reads)]
+    pub weight: ExportWeight,
+    /// Decoding settings.
+    #[command(flatten)]
+    pub decode: DecodeArgs,
+}
+
+/// Export formats.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExportFormat {
+    /// Chrome trace-event JSON.
+    Chrome,
+    /// Folded stacks (`a;b;c 42`).
+    Folded,
+    /// speedscope's JSON file format.
+    Speedscope,
+    /// Comma-separated values, one access per row.
+    Csv,
+}
+
+/// Weights of folded stacks.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ExportWeight {
+    /// Memory reads.
+    Reads,
+    /// Memory writes.
+    Writes,
+    /// Lines inserted into the working set.
+    Fetches,
+    /// Reads that missed the simulated D1 (--d1).
+    Misses,
 }
 
 /// Arguments of `diff`.

@@ -5,6 +5,7 @@ mod at;
 mod cli;
 mod diff;
 mod dump;
+mod export;
 mod output;
 mod progress;
 mod record;
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => view::demo(args),
         Command::Dump(args) => dump::dump(args).map(|()| ExitCode::SUCCESS),
         Command::Diff(args) => diff::diff(args),
+        Command::Export(args) => export::export(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
