@@ -111,8 +111,7 @@ fn walk(
     let mut fetches = Insertions::default();
     let mut stack: Vec<u64> = Vec::new();
     let mut bar = LazyProgress::new(what);
-    loop {
-        let Some(step) = cursor.next_access(&mut fetches)? else { break };
+    while let Some(step) = cursor.next_access(&mut fetches)? {
         let thread = match &step {
             Step::Read(r) => r.thread,
             Step::Write { thread, .. } => *thread,
