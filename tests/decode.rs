@@ -363,3 +363,25 @@ fn at_agrees_with_addr2line() {
     assert_eq!(compared, 30);
     assert!(inlined_seen > 0, "the gather's intrinsics are inlined frames");
 }
+
+/// Row labels name static arrays in `.bss` beyond the file's last page
+/// (mapped anonymously next to the program): matmul's `a` and `b` are
+/// 4.5 KiB each, past the page that holds `c`.
+#[test]
+fn row_labels_name_bss_arrays_past_the_file() {
+    let bin = c_example("matmul", &[]);
+    let trace = trace_path("matmul-rows");
+    let out = record(&bin, "matmul_naive", &[], &trace);
+    assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
+    let columns = report(&trace)["columns"].as_u64().expect("columns");
+    let out = linetrace().args(["at", "--column", &(columns - 1).to_string()]).arg(&trace).output().expect("at");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let labels: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("rows:"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert!(labels.contains(&"a") && labels.contains(&"b"), "labels {labels:?} in\n{text}");
+    assert!(labels.iter().all(|l| !l.starts_with("0x")), "unnamed rows: {labels:?}");
+}

@@ -224,7 +224,22 @@ impl Symbolizer {
     /// The variable (data symbol) holding `addr`, with the offset into it,
     /// if a module maps `addr` and names it.
     pub fn variable_at(&self, addr: u64) -> Option<(String, u64)> {
-        let (_, loaded) = self.module_of(addr)?;
+        // `.bss` past the file's last page is an anonymous mapping next to
+        // the module's own: also ask the module mapped just below.
+        let entry = match self.modules.iter().find(|m| m.module.ranges.iter().any(|r| (r.start..r.end).contains(&addr)))
+        {
+            Some(entry) => entry,
+            None => {
+                self.modules
+                    .iter()
+                    .filter_map(|m| {
+                        m.module.ranges.iter().map(|r| r.end).filter(|&end| end <= addr).max().map(|end| (m, end))
+                    })
+                    .max_by_key(|&(_, end)| end)?
+                    .0
+            }
+        };
+        let loaded = entry.loaded.get_or_init(|| self.load(&entry.module)).as_ref();
         let m = loaded?.lock().unwrap_or_else(|e| e.into_inner());
         let link = addr.wrapping_sub(m.bias);
         m.symbols.variable_at(link).map(|v| (v.name.clone(), link - v.address))
