@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use decoder::cursor::{ColumnCursor, Step};
 use decoder::model::Model;
 use decoder::symbols::{Location, Symbolizer};
-use decoder::working_set::{Departure, HashedLines, LineObserver, LineState};
+use decoder::working_set::{FetchCounter, HashedLines};
 use serde_json::json;
 
 use crate::cli::{ExportArgs, ExportFormat, ExportWeight};
@@ -82,33 +82,15 @@ impl<'a> Names<'a> {
     }
 }
 
-/// Counts lines inserted into the working set.
-#[derive(Default)]
-struct Insertions {
-    inserted: u64,
-    departed: u64,
-    departed_bytes: u64,
-}
-
-impl LineObserver for Insertions {
-    fn inserted(&mut self, _: &mut LineState) {
-        self.inserted += 1;
-    }
-    fn departed(&mut self, d: Departure) {
-        self.departed += 1;
-        self.departed_bytes += u64::from(d.state.bytes_read);
-    }
-}
-
 /// Walks every access with the thread's stack (outermost first) and the
 /// lines it inserted.
 fn walk(
     model: &Model,
     what: &'static str,
-    mut visit: impl FnMut(&Step, &[u64], &Insertions, &ColumnCursor<'_, HashedLines>) -> Result<()>,
+    mut visit: impl FnMut(&Step, &[u64], &FetchCounter, &ColumnCursor<'_, HashedLines>) -> Result<()>,
 ) -> Result<()> {
     let mut cursor = ColumnCursor::<HashedLines>::with_calls(model, 0)?;
-    let mut fetches = Insertions::default();
+    let mut fetches = FetchCounter::default();
     let mut stack: Vec<u64> = Vec::new();
     let mut bar = LazyProgress::new(what);
     while let Some(step) = cursor.next_access(&mut fetches)? {
@@ -196,7 +178,7 @@ fn chrome(model: &Model, names: &Names, out: &mut dyn Write) -> Result<()> {
         if r.column % every == every - 1 || r.column + 1 == model.columns {
             let ts = r.column + 1 - every.min(r.column + 1);
             let per_fetch = if f.departed > departed {
-                (f.departed_bytes - bytes) as f64 / (f.departed - departed) as f64
+                (f.bytes_read - bytes) as f64 / (f.departed - departed) as f64
             } else {
                 0.0
             };
@@ -207,7 +189,7 @@ fn chrome(model: &Model, names: &Names, out: &mut dyn Write) -> Result<()> {
             events.push(
                 json!({"ph": "C", "name": "bytes read per fetch", "pid": 1, "ts": ts, "args": {"bytes": per_fetch}}),
             );
-            (fetched, departed, bytes) = (f.inserted, f.departed, f.departed_bytes);
+            (fetched, departed, bytes) = (f.inserted, f.departed, f.bytes_read);
         }
         Ok(())
     })?;

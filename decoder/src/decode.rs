@@ -32,7 +32,7 @@ use crate::pyramid::{BitmapPyramid, Preview, PyramidBuilder};
 use crate::reuse::ReuseDistance;
 use crate::spans::SpanAccumulator;
 use crate::totals::Totals;
-use crate::working_set::{Departure, FastWorkingSet, LineObserver, LineState, WorkingSetConfig};
+use crate::working_set::{Departure, FastWorkingSet, FetchCounter, LineObserver, LineState, WorkingSetConfig};
 
 /// Operations per batch sent to the working-set stage.
 const BATCH: usize = 1 << 13;
@@ -74,12 +74,9 @@ pub(crate) fn decode(
     sent.map_err(|_| DecodeError::Corrupt("the decoding thread stopped early".into()))?;
     let columns = events.column;
     let mut metrics = events.metrics;
-    metrics.line_fetches = set.fetches.count;
-    if set.fetches.count > 0 {
-        metrics.mean_bytes_read_per_fetch = set.fetches.bytes as f64 / set.fetches.count as f64;
-        metrics.mean_distinct_bytes_per_fetch = set.fetches.distinct as f64 / set.fetches.count as f64;
-        metrics.utilisation = metrics.mean_distinct_bytes_per_fetch / f64::from(config.line_size);
-    }
+    metrics.line_fetches = set.fetches.departed;
+    (metrics.mean_bytes_read_per_fetch, metrics.mean_distinct_bytes_per_fetch) = set.fetches.means();
+    metrics.utilisation = metrics.mean_distinct_bytes_per_fetch / f64::from(config.line_size);
     metrics.max_rows = set.max_rows;
     let mut threads = BTreeMap::new();
     let mut total = Totals::default();
@@ -188,7 +185,7 @@ impl SetStage {
 
 /// What the working-set stage hands back.
 struct SetResults {
-    fetches: FetchStats,
+    fetches: FetchCounter,
     max_rows: u32,
     pyramid: BitmapPyramid,
     /// (clock, lines) of each snapshot the event stage kept, in order.
@@ -225,29 +222,11 @@ impl CacheStage {
     }
 }
 
-/// Fetch statistics: lines that left the set.
-#[derive(Clone, Copy, Default)]
-struct FetchStats {
-    count: u64,
-    bytes: u64,
-    distinct: u64,
-}
-
-impl FetchStats {
-    fn departed(&mut self, d: Departure) {
-        self.count += 1;
-        self.bytes += u64::from(d.state.bytes_read);
-        self.distinct += u64::from(d.state.distinct_bytes());
-    }
-}
-
 /// What the working-set stage listens to when a read changes the set:
 /// fetch statistics and the bitmap summary.
 struct SetObserver<'a> {
-    fetches: &'a mut FetchStats,
+    fetches: &'a mut FetchCounter,
     spans: &'a mut SpanAccumulator,
-    /// Lines this read inserted.
-    inserted: u64,
 }
 
 impl LineObserver for SetObserver<'_> {
@@ -257,7 +236,7 @@ impl LineObserver for SetObserver<'_> {
     }
     #[inline]
     fn inserted(&mut self, state: &mut LineState) {
-        self.inserted += 1;
+        self.fetches.inserted(state);
         self.spans.inserted(state);
     }
     #[inline]
@@ -298,7 +277,7 @@ fn working_set_stage(
     let mut pyramid = preview.map(PyramidBuilder::with_preview).unwrap_or_default();
     let mut next_block = pyramid.block_width();
     let mut live = LiveBlocks::default();
-    let mut fetches = FetchStats::default();
+    let mut fetches = FetchCounter::default();
     let mut max_rows = 0u32;
     let mut snapshot_sets = Vec::new();
     let mut site_fetches: Vec<u64> = Vec::new();
@@ -314,14 +293,14 @@ fn working_set_stage(
                         next_block += pyramid.block_width();
                     }
                     spans.begin_column(column);
-                    let mut observer = SetObserver { fetches: &mut fetches, spans: &mut spans, inserted: 0 };
-                    set.read(addr, size, &mut observer);
-                    if observer.inserted > 0 {
+                    let before = fetches.inserted;
+                    set.read(addr, size, &mut SetObserver { fetches: &mut fetches, spans: &mut spans });
+                    if fetches.inserted > before {
                         let site = site as usize;
                         if site >= site_fetches.len() {
                             site_fetches.resize(site + 1, 0);
                         }
-                        site_fetches[site] += observer.inserted;
+                        site_fetches[site] += fetches.inserted - before;
                     }
                     spans.end_column(&mut set, |lo, hi| live.overlaps(lo, hi));
                     max_rows = max_rows.max(set.len() as u32);
@@ -351,7 +330,7 @@ fn working_set_stage(
         pyramid.push(&spans.close_span(&mut set));
     }
     // Lines still in the set at the end count as fetches too.
-    set.drain(|d| fetches.departed(d));
+    set.drain(|d| LineObserver::departed(&mut fetches, d));
     SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, cache, site_fetches }
 }
 

@@ -20,7 +20,7 @@ use crate::model::{Model, SiteCounts};
 use crate::reuse::{ReuseDistance, ReuseHistogram};
 use crate::symbols::Symbolizer;
 use crate::tables::{AccessRow, Grouping, group_accesses};
-use crate::working_set::{Departure, HashedLines, LineObserver, LineState};
+use crate::working_set::{FetchCounter, HashedLines};
 
 /// What a range's replay found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -57,26 +57,6 @@ pub struct RangeStats {
     pub by_line: Vec<AccessRow>,
 }
 
-/// Counts lines entering and leaving.
-#[derive(Default)]
-struct Fetches {
-    inserted: u64,
-    left: u64,
-    bytes: u64,
-    distinct: u64,
-}
-
-impl LineObserver for Fetches {
-    fn inserted(&mut self, _: &mut LineState) {
-        self.inserted += 1;
-    }
-    fn departed(&mut self, d: Departure) {
-        self.left += 1;
-        self.bytes += u64::from(d.state.bytes_read);
-        self.distinct += u64::from(d.state.distinct_bytes());
-    }
-}
-
 /// Replays columns `[from, to)` of `model` and sums them. `progress(done,
 /// all)` may stop it by returning false.
 pub fn range_stats(
@@ -92,7 +72,7 @@ pub fn range_stats(
     let mut cursor = ColumnCursor::<HashedLines>::with_calls(model, from)?;
     let mut counts = vec![SiteCounts::default(); model.sites.len()];
     let mut functions: HashMap<u64, Inclusive> = HashMap::new();
-    let mut fetches = Fetches::default();
+    let mut fetches = FetchCounter::default();
     let mut reuse = ReuseDistance::new();
     let mut stats = RangeStats { from, to, ..RangeStats::default() };
     let mut seen: Vec<u64> = Vec::new();
@@ -134,11 +114,8 @@ pub fn range_stats(
         }
     }
     stats.line_fetches = fetches.inserted;
-    if fetches.left > 0 {
-        stats.mean_bytes_read_per_fetch = fetches.bytes as f64 / fetches.left as f64;
-        stats.mean_distinct_bytes_per_fetch = fetches.distinct as f64 / fetches.left as f64;
-        stats.utilisation = stats.mean_distinct_bytes_per_fetch / f64::from(line_size.bytes());
-    }
+    (stats.mean_bytes_read_per_fetch, stats.mean_distinct_bytes_per_fetch) = fetches.means();
+    stats.utilisation = stats.mean_distinct_bytes_per_fetch / f64::from(line_size.bytes());
     stats.reuse = reuse.histogram().clone();
     (stats.d1_read_misses, stats.ll_read_misses) = model.cache.columns.count(from, to);
     stats.by_function = group_accesses(&model.sites, &counts, functions.into_iter(), symbols, Grouping::Function);

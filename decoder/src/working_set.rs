@@ -119,6 +119,44 @@ pub trait LineObserver {
     fn departed(&mut self, departure: Departure);
 }
 
+/// Counts lines entering and leaving the set, and what was read from the
+/// lines that left: the fetch statistics every consumer reports.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FetchCounter {
+    /// Lines inserted.
+    pub inserted: u64,
+    /// Lines that left.
+    pub departed: u64,
+    /// Bytes read from the lines that left, while they were in the set.
+    pub bytes_read: u64,
+    /// Distinct bytes read from the lines that left.
+    pub distinct_bytes: u64,
+}
+
+impl FetchCounter {
+    /// Mean bytes and distinct bytes read per line that left (0 when none).
+    pub fn means(&self) -> (f64, f64) {
+        if self.departed == 0 {
+            return (0.0, 0.0);
+        }
+        let n = self.departed as f64;
+        (self.bytes_read as f64 / n, self.distinct_bytes as f64 / n)
+    }
+}
+
+impl LineObserver for FetchCounter {
+    #[inline]
+    fn inserted(&mut self, _: &mut LineState) {
+        self.inserted += 1;
+    }
+    #[inline]
+    fn departed(&mut self, d: Departure) {
+        self.departed += 1;
+        self.bytes_read += u64::from(d.state.bytes_read);
+        self.distinct_bytes += u64::from(d.state.distinct_bytes());
+    }
+}
+
 impl<F: FnMut(Departure)> LineObserver for F {
     #[inline]
     fn departed(&mut self, departure: Departure) {

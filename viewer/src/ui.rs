@@ -358,7 +358,7 @@ fn toolbar(
         ui.selectable_value(&mut state.highlight, Highlight::Off, "off");
         ui.separator();
         ui.label("colour:");
-        egui::ComboBox::from_id_salt("colour-by").selected_text(colour_name(state.colour_by)).show_ui(ui, |ui| {
+        egui::ComboBox::from_id_salt("colour-by").selected_text(state.colour_by.name()).show_ui(ui, |ui| {
             for c in [
                 ColourBy::BytesRead,
                 ColourBy::DistinctBytes,
@@ -367,7 +367,7 @@ fn toolbar(
                 ColourBy::Allocation,
                 ColourBy::CacheMisses,
             ] {
-                ui.selectable_value(&mut state.colour_by, c, colour_name(c));
+                ui.selectable_value(&mut state.colour_by, c, c.name());
             }
         });
         if ui.button("?").clicked() {
@@ -375,10 +375,6 @@ fn toolbar(
         }
         let _ = view;
     });
-}
-
-fn colour_name(c: ColourBy) -> &'static str {
-    c.name()
 }
 
 /// The zoom as a person reads it: columns per pixel when zoomed out, pixels
