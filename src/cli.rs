@@ -86,6 +86,9 @@ pub enum Command {
     /// Open the viewer: the flamegraph over the cache-line bitmap, with
     /// tooltips, source view, search, highlights and statistics.
     ///
+    /// With two traces (`view A B`) it compares them: A above B, linked
+    /// navigation, a differential flamegraph and `diff`'s tables.
+    ///
     /// With --screenshot it draws offscreen instead, saves a PNG and exits
     /// (starting Xvfb itself when there is no display). Keys: press ? in the
     /// window.
@@ -395,8 +398,13 @@ impl From<ColourByArg> for decoder::raster::ColourBy {
 /// Arguments of `view`.
 #[derive(Debug, Args)]
 pub struct ViewArgs {
-    /// Trace file to show.
+    /// Trace file to show (with a second trace: A, the baseline).
     pub file: PathBuf,
+    /// A second trace: compare mode. A above, B beneath, views linked
+    /// through matching frames, frames coloured by the change from A to B
+    /// (blue fewer reads in B, red more).
+    #[arg(value_name = "B")]
+    pub compare: Option<PathBuf>,
     /// Draw offscreen, save this PNG and exit.
     #[arg(long, value_name = "PNG")]
     pub screenshot: Option<PathBuf>,
@@ -404,18 +412,19 @@ pub struct ViewArgs {
     /// frames, row labels) as JSON.
     #[arg(long, value_name = "JSON", requires = "screenshot")]
     pub state: Option<PathBuf>,
-    /// With --screenshot: hover this point, COLUMN or COLUMN,ROW.
+    /// With --screenshot: hover this point, COLUMN or COLUMN,ROW (compare
+    /// mode: the deepest frame of A at COLUMN).
     #[arg(long, value_name = "COLUMN[,ROW]", requires = "screenshot", value_parser = parse_hover)]
     pub hover: Option<(u64, Option<usize>)>,
     /// Window size.
     #[arg(long, value_name = "WxH", default_value = "1600x900", value_parser = parse_size)]
     pub size: (u32, u32),
-    /// Columns A..B to show first.
+    /// Columns A..B to show first (compare mode: of the first trace).
     #[arg(long, value_name = "A..B", value_parser = parse_columns)]
     pub columns: Option<(u64, u64)>,
     /// Measure: script a session (decode, pan, zoom steps), write timings
     /// as JSON here and exit (`cargo bench --bench view` uses it).
-    #[arg(long, value_name = "JSON", conflicts_with = "screenshot")]
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["screenshot", "compare"])]
     pub bench_json: Option<PathBuf>,
     /// Decoding settings.
     #[command(flatten)]

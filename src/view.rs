@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -11,8 +11,10 @@ use crate::cli::{DemoArgs, ViewArgs};
 
 /// Opens the viewer (or draws a screenshot) of a trace.
 pub fn view(args: ViewArgs) -> Result<()> {
-    if !args.file.is_file() {
-        bail!("cannot read {}: no such file", args.file.display());
+    for file in std::iter::once(&args.file).chain(&args.compare) {
+        if !file.is_file() {
+            bail!("cannot read {}: no such file", file.display());
+        }
     }
     let mut options = viewer::ViewerOptions::new(args.file.clone());
     options.decode = args.decode.options();
@@ -23,6 +25,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.screenshot =
         args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
     options.bench = args.bench_json;
+    options.compare = args.compare;
     run_viewer(options)
 }
 
@@ -62,27 +65,37 @@ struct Xvfb {
 }
 
 impl Xvfb {
+    /// Starts Xvfb on a display number it picks itself (`-displayfd`):
+    /// choosing a free number here and starting the server after would
+    /// race with another linetrace doing the same (parallel tests, CI), and
+    /// two of them would share one server until the first stopped it.
     fn start(size: (u32, u32)) -> Result<Xvfb> {
-        let display =
-            (99..200).find(|n| !Path::new(&format!("/tmp/.X{n}-lock")).exists()).context("no free X display number")?;
-        let child = Command::new("Xvfb")
-            .arg(format!(":{display}"))
+        let mut child = Command::new("Xvfb")
+            .args(["-displayfd", "1"])
             .args(["-screen", "0", &format!("{}x{}x24", size.0.max(1024), size.1.max(768)), "-nolisten", "tcp"])
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .context("no display, and Xvfb cannot be started (apt-get install xvfb)")?;
-        let socket = PathBuf::from(format!("/tmp/.X11-unix/X{display}"));
-        let started = Instant::now();
-        while !socket.exists() {
-            if started.elapsed() > Duration::from_secs(10) {
-                bail!("Xvfb did not start within 10 s");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let stdout = child.stdout.take().context("Xvfb's output")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
+            let _ = tx.send(line);
+        });
+        let mut xvfb = Xvfb { child };
+        let display = match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => match line.trim().parse::<u32>() {
+                Ok(n) => n,
+                Err(_) => bail!("Xvfb did not start (it said {:?})", line.trim()),
+            },
+            Err(_) => bail!("Xvfb did not start within 10 s"),
+        };
         // SAFETY: as in `prepare_environment`: before the viewer's threads.
         unsafe { std::env::set_var("DISPLAY", format!(":{display}")) };
-        Ok(Xvfb { child })
+        xvfb.child.stdout = None;
+        Ok(xvfb)
     }
 }
 

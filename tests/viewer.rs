@@ -40,7 +40,8 @@ fn shoot(trace: &Path, extra: &[&str]) -> Shot {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
     std::fs::create_dir_all(&dir).expect("dir");
     let stem = format!("{}-{}", trace.file_stem().and_then(|s| s.to_str()).unwrap_or("t"), std::process::id());
-    let png_path = dir.join(format!("{stem}-{}.png", extra.join("").replace([',', '.'], "_")));
+    let tail: String = extra.join("").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let png_path = dir.join(format!("{stem}-{tail}.png"));
     let state_path = png_path.with_extension("json");
     let out = linetrace()
         .arg("view")
@@ -158,4 +159,123 @@ fn an_allocation_band_is_where_the_block_is() {
     assert!(!close(got, plain, 5), "the tint shows");
     let bands = shot.state["bands"].as_array().expect("bands");
     assert!(bands.iter().any(|b| b[0].as_str().is_some_and(|l| l.starts_with("block from churn"))), "{bands:?}");
+}
+
+/// The frames of `name` in a fixture trace, decoded, in pre-order.
+fn frames_named(trace: &str, name: &str) -> (Model, Vec<decoder::calltree::Frame>) {
+    let model = Model::decode(&fixture(trace), &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let symbols = Symbolizer::with_paths(
+        &model.modules,
+        SymbolPaths { module_dirs: vec![fixture("")], ..SymbolPaths::default() },
+    );
+    let frames =
+        model.call_tree.frames.iter().filter(|f| symbols.locate(f.function).function == name).cloned().collect();
+    (model, frames)
+}
+
+/// Compare mode on two builds of examples/c/lookup.c: the indexed build
+/// reads more in `build` and far less in `query`. Both panes are drawn;
+/// frames are red where B reads more and blue where it reads less, on
+/// screen and in the reported deltas; `hash`, only in B, has no partner;
+/// hovering a query says A's reads, B's and the change.
+#[test]
+fn compare_mode_colours_frames_by_the_change() {
+    let (a, b) = ("lookup_scan_work.lntrace", "lookup_hash_work.lntrace");
+    let (_, build_a) = frames_named(a, "build");
+    let (_, build_b) = frames_named(b, "build");
+    let (_, query_a) = frames_named(a, "query");
+    let (_, query_b) = frames_named(b, "query");
+    let (ra, rb) = (build_a[0].total_reads as f64, build_b[0].total_reads as f64);
+    assert!(rb > ra, "the fixture: the index costs reads in build ({ra} vs {rb})");
+    let build_delta = (rb - ra) / ra.max(rb);
+    // Hover the middle of A's 6th query.
+    let q = &query_a[5];
+    let hover = (q.first_column + q.end_column) / 2;
+    let b_path = fixture(b);
+    let shot = shoot(&fixture(a), &[b_path.to_str().expect("path"), "--hover", &hover.to_string()]);
+    let panes = shot.state["panes"].as_array().expect("panes");
+    assert_eq!(panes.len(), 2, "two panes");
+    let bar = |pane: usize, name: &str| -> Vec<(f64, f64, f64, Option<f64>)> {
+        panes[pane]["bars"]
+            .as_array()
+            .expect("bars")
+            .iter()
+            .filter(|x| x[0] == name)
+            .map(|x| {
+                (x[1].as_f64().expect("x0"), x[2].as_f64().expect("x1"), x[3].as_f64().expect("depth"), x[4].as_f64())
+            })
+            .collect()
+    };
+    let flame_top = |pane: usize| panes[pane]["flame"][1].as_f64().expect("top");
+    let pixel_of = |pane: usize, (x0, x1, depth, _): (f64, f64, f64, Option<f64>)| {
+        // Left of a label (bars wider than 28 px have one), else the middle.
+        let x = if x1 - x0 > 28.0 { x0 + 2.0 } else { (x0 + x1) / 2.0 };
+        shot.pixel(x, flame_top(pane) + depth * 17.0 + 3.0)
+    };
+    for pane in [0, 1] {
+        let build = bar(pane, "build")[0];
+        let d = build.3.expect("build has a partner");
+        assert!((d - build_delta).abs() < 1e-9, "pane {pane}: build's delta {d}, expected {build_delta}");
+        let got = pixel_of(pane, build);
+        assert!(close(got, rgb8(decoder::raster::delta_colour(d)), 6), "pane {pane}: build is red: {got:?}");
+        assert!(got[0] > 150 && got[2] < 120, "red: {got:?}");
+        // Queries in pre-order, left to right: the k-th bar is the k-th call.
+        let queries = bar(pane, "query");
+        assert_eq!(queries.len(), query_a.len(), "pane {pane}: every query drawn");
+        let mut blue = 0;
+        for (k, query) in queries.into_iter().enumerate() {
+            let (x, y) = (query_a[k].total_reads as f64, query_b[k].total_reads as f64);
+            let want = (y - x) / x.max(y);
+            let d = query.3.expect("queries are matched");
+            assert!((d - want).abs() < 1e-9, "pane {pane}, query {k}: delta {d}, expected {want}");
+            if query.1 - query.0 > 4.0 {
+                let got = pixel_of(pane, query);
+                assert!(close(got, rgb8(decoder::raster::delta_colour(d)), 6), "query {k}: {got:?} for {d}");
+                if d < -0.5 {
+                    assert!(got[2] > 150 && got[0] < 120, "blue: {got:?}");
+                    blue += 1;
+                }
+            }
+        }
+        assert!(blue >= 10, "pane {pane}: most queries read far less in B ({blue} blue)");
+    }
+    assert!(bar(0, "hash").is_empty());
+    assert!(bar(1, "hash").iter().all(|h| h.3.is_none()), "hash is only in B");
+    let tooltip: Vec<&str> =
+        shot.state["tooltip"].as_array().expect("tooltip").iter().filter_map(|l| l.as_str()).collect();
+    let (qa, qb) = (q.total_reads, query_b[5].total_reads);
+    assert_eq!(tooltip.first().copied(), Some("A: query"), "{tooltip:?}");
+    let numbers = tooltip.iter().find(|l| l.starts_with("reads")).expect("a reads line");
+    assert!(
+        numbers.contains(&format!("A {qa:>10}")) && numbers.contains(&format!("B {qb:>10}")),
+        "{numbers} for {qa} and {qb}"
+    );
+    assert!(numbers.contains(&format!("Δ {:+}", qb as i64 - qa as i64)), "{numbers}");
+    assert!(shot.state["stats_shown"] == true, "the diff tables are shown");
+}
+
+/// Fitting a frame of A fits its partner in B: the two views are linked
+/// by frames, not by column numbers.
+#[test]
+fn compare_mode_links_views_through_matching_frames() {
+    let (a, b) = ("lookup_scan_work.lntrace", "lookup_hash_work.lntrace");
+    let (_, query_a) = frames_named(a, "query");
+    let (_, query_b) = frames_named(b, "query");
+    let (qa, qb) = (&query_a[25], &query_b[25]);
+    let b_path = fixture(b);
+    let columns = format!("{}..{}", qa.first_column, qa.end_column);
+    let shot = shoot(&fixture(a), &[b_path.to_str().expect("path"), "--columns", &columns]);
+    let panes = shot.state["panes"].as_array().expect("panes");
+    let view = |pane: usize| {
+        let c = &panes[pane]["columns"];
+        (c[0].as_f64().expect("from"), c[1].as_f64().expect("to"))
+    };
+    let (a0, a1) = view(0);
+    let (b0, b1) = view(1);
+    let (g0, g1) = (qb.first_column as f64, qb.end_column as f64);
+    assert!(a0 <= qa.first_column as f64 && a1 >= qa.end_column as f64, "A shows its query: {a0}..{a1}");
+    assert!(b0 <= g0 && b1 >= g1, "B shows the partner {g0}..{g1}: {b0}..{b1}");
+    assert!(b1 - b0 < 1.5 * (g1 - g0) + 2.0, "and little else: {b0}..{b1} for {g0}..{g1}");
+    // Column numbers differ: the link is by frames.
+    assert!(a0 > 1.5 * b1, "A's query lies far later in its trace: {a0} vs {b0}..{b1}");
 }

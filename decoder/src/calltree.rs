@@ -103,6 +103,11 @@ impl CallTree {
     /// one binary search away; those starting before it and still open
     /// are the ancestors of the last frame that started before it.
     pub fn overlapping(&self, from: u64, to: u64) -> impl Iterator<Item = &Frame> {
+        self.overlapping_indices(from, to).map(move |i| &self.frames[i])
+    }
+
+    /// Indices into [`CallTree::frames`] of [`CallTree::overlapping`].
+    pub fn overlapping_indices(&self, from: u64, to: u64) -> impl Iterator<Item = usize> + '_ {
         let f = &self.frames;
         let overlaps = move |x: &Frame| {
             x.first_column < to && x.end_column > from
@@ -126,7 +131,7 @@ impl CallTree {
         } else {
             before = (0..lo).filter(|&i| overlaps(&f[i])).collect();
         }
-        before.into_iter().chain(lo..hi).map(move |i| &f[i]).filter(move |x| overlaps(x))
+        before.into_iter().chain(lo..hi).filter(move |&i| overlaps(&f[i]))
     }
 }
 

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::model::Model;
+use crate::range::RangeStats;
 use crate::symbols::Symbolizer;
 use crate::tables::{AccessRow, Grouping, access_table};
 
@@ -121,7 +122,39 @@ pub fn diff(a: &Model, sa: &Symbolizer, b: &Model, sb: &Symbolizer, grouping: Gr
         warnings,
         metrics: metrics(a, b),
         reuse: reuse(a, b),
-        rows: rows(access_table(a, sa, grouping), a.total.reads, access_table(b, sb, grouping), b.total.reads),
+        rows: match_rows(access_table(a, sa, grouping), a.total.reads, access_table(b, sb, grouping), b.total.reads),
+    }
+}
+
+/// Two column ranges compared (a frame and its partner, a selection and
+/// where it maps): their metrics side by side and their functions and
+/// lines matched, as [`diff`] does for whole traces.
+#[derive(Clone, Debug, Serialize)]
+pub struct RangeDiff {
+    /// Range metrics.
+    pub metrics: Vec<MetricPair>,
+    /// By function, largest change first.
+    pub by_function: Vec<DiffRow>,
+    /// By source line.
+    pub by_line: Vec<DiffRow>,
+}
+
+/// Compares the statistics of two ranges.
+pub fn range_diff(a: &RangeStats, b: &RangeStats) -> RangeDiff {
+    let pair = |name, get: fn(&RangeStats) -> f64| MetricPair { name, a: get(a), b: get(b) };
+    RangeDiff {
+        metrics: vec![
+            pair("reads", |r| r.reads as f64),
+            pair("writes", |r| r.writes as f64),
+            pair("bytes_read", |r| r.bytes_read as f64),
+            pair("line_fetches", |r| r.line_fetches as f64),
+            pair("bytes_per_fetch", |r| r.mean_bytes_read_per_fetch),
+            pair("utilisation", |r| r.utilisation),
+            pair("d1_read_misses", |r| r.d1_read_misses as f64),
+            pair("ll_read_misses", |r| r.ll_read_misses as f64),
+        ],
+        by_function: match_rows(a.by_function.clone(), a.reads, b.by_function.clone(), b.reads),
+        by_line: match_rows(a.by_line.clone(), a.reads, b.by_line.clone(), b.reads),
     }
 }
 
@@ -160,8 +193,9 @@ fn reuse(a: &Model, b: &Model) -> Vec<(String, u64, u64)> {
     out
 }
 
-/// Matches rows by key and sorts them by change.
-fn rows(a: Vec<AccessRow>, a_reads: u64, b: Vec<AccessRow>, b_reads: u64) -> Vec<DiffRow> {
+/// Matches rows by key and sorts them by change; `a_reads` and `b_reads`
+/// are the totals shares are taken of.
+pub fn match_rows(a: Vec<AccessRow>, a_reads: u64, b: Vec<AccessRow>, b_reads: u64) -> Vec<DiffRow> {
     let mut both: BTreeMap<String, (Option<AccessRow>, Option<AccessRow>)> = BTreeMap::new();
     for r in a {
         let key = r.key.clone();
@@ -273,7 +307,7 @@ mod tests {
     fn rows_match_by_key_and_sort_by_change() {
         let a = vec![row("f", 100, 50), row("g", 40, 40), row("only_a", 10, 10)];
         let b = vec![row("f", 100, 20), row("g", 90, 90), row("only_b", 5, 5)];
-        let rows = rows(a, 150, b, 200);
+        let rows = match_rows(a, 150, b, 200);
         let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
         assert_eq!(keys, ["g", "only_a", "only_b", "f"]);
         assert_eq!(rows[0].delta_total_reads, 50);

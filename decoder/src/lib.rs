@@ -23,6 +23,7 @@
 pub mod allocations;
 pub mod cache;
 pub mod calltree;
+pub mod compare;
 pub mod cursor;
 mod decode;
 pub mod diff;

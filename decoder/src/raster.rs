@@ -838,6 +838,23 @@ pub fn frame_colour(name: &str) -> Colour {
 /// Colour of bars that stand for several frames too narrow to draw.
 pub const MERGED_FRAMES_COLOUR: Colour = [0.55, 0.52, 0.5];
 
+/// Differential flamegraph: a frame with no partner in the other trace.
+pub const UNMATCHED_FRAME_COLOUR: Colour = [0.42, 0.42, 0.45];
+
+/// Differential flamegraph colour of a normalised delta
+/// ([`crate::compare::normalised_delta`], -1..1): blue for fewer in B,
+/// near-white unchanged, red for more; saturation grows with the change.
+pub fn delta_colour(delta: f64) -> Colour {
+    const SAME: Colour = [0.88, 0.88, 0.86];
+    const MORE: Colour = [0.87, 0.16, 0.12];
+    const FEWER: Colour = [0.16, 0.38, 0.92];
+    let d = delta.clamp(-1.0, 1.0);
+    let (to, t) = if d >= 0.0 { (MORE, d) } else { (FEWER, -d) };
+    // sqrt: a 20% change is already clearly tinted.
+    let t = t.sqrt();
+    [0, 1, 2].map(|i| SAME[i] + (to[i] - SAME[i]) * t)
+}
+
 /// One bar of the flamegraph, in pixels of the view.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlameBar {

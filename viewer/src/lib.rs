@@ -23,7 +23,9 @@
 //! ```
 
 pub mod bench;
+pub mod compare;
 pub mod jobs;
+pub mod paint;
 pub mod search;
 pub mod session;
 pub mod ui;
@@ -102,6 +104,8 @@ pub struct ViewerOptions {
     pub screenshot: Option<ScreenshotRequest>,
     /// Scripted measuring run: write its report here and exit.
     pub bench: Option<PathBuf>,
+    /// A second trace: compare mode, `trace` is A and this is B.
+    pub compare: Option<PathBuf>,
 }
 
 impl ViewerOptions {
@@ -115,6 +119,7 @@ impl ViewerOptions {
             columns: None,
             screenshot: None,
             bench: None,
+            compare: None,
         }
     }
 }
@@ -133,7 +138,10 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     }
     let failure = Arc::new(std::sync::Mutex::new(None::<String>));
     let mut app = App::new();
-    let title = format!("linetrace — {}", options.trace.display());
+    let title = match &options.compare {
+        Some(b) => format!("linetrace — {} vs {}", options.trace.display(), b.display()),
+        None => format!("linetrace — {}", options.trace.display()),
+    };
     app.add_plugins(
         DefaultPlugins
             .set(WindowPlugin {
@@ -159,7 +167,14 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
             }),
     )
     .add_plugins(EguiPlugin::default())
-    .add_plugins(ViewerPlugin { options: options.clone() });
+    .add_systems(Startup, spawn_camera);
+    match options.compare.clone() {
+        Some(b) => app.add_plugins(compare::ComparePlugin { options: options.clone(), b }),
+        None => app.add_plugins(ViewerPlugin { options: options.clone() }),
+    };
+    if options.screenshot.is_none() && options.bench.is_none() {
+        app.add_systems(Last, pace_frames);
+    }
     if let Some(request) = options.screenshot.clone() {
         app.add_plugins(HeadlessPlugin { request, failure: failure.clone() });
     }
@@ -206,26 +221,25 @@ impl Plugin for ViewerPlugin {
             .init_resource::<search::SearchState>()
             .add_message::<ViewCommand>()
             .add_message::<search::SearchCommand>()
-            .add_systems(Startup, |mut c: Commands| {
-                // No multisampling: every shape is an axis-aligned rectangle
-                // or text, and on a CPU renderer (lavapipe) 4x MSAA
-                // multiplies the cost of every frame.
-                c.spawn((
-                    Camera2d,
-                    Msaa::Off,
-                    bevy::core_pipeline::tonemapping::Tonemapping::None,
-                    bevy::core_pipeline::tonemapping::DebandDither::Disabled,
-                ));
-            })
+            .init_resource::<ui::Activity>()
             .add_systems(
                 Update,
                 (session::poll_decoding, start_view, search::apply_search_commands, apply_view_commands).chain(),
             )
             .add_systems(EguiPrimaryContextPass, ui::ui_system);
-        if o.screenshot.is_none() && o.bench.is_none() {
-            app.add_systems(Last, pace_frames);
-        }
     }
+}
+
+/// The one camera egui draws with. No multisampling: every shape is an
+/// axis-aligned rectangle or text, and on a CPU renderer (lavapipe) 4x
+/// MSAA multiplies the cost of every frame.
+fn spawn_camera(mut c: Commands) {
+    c.spawn((
+        Camera2d,
+        Msaa::Off,
+        bevy::core_pipeline::tonemapping::Tonemapping::None,
+        bevy::core_pipeline::tonemapping::DebandDither::Disabled,
+    ));
 }
 
 /// How long an idle window waits for input before it draws again.
@@ -234,8 +248,8 @@ const IDLE_WAIT: Duration = Duration::from_millis(250);
 /// Draws continuously only while something is coming (decoding, background
 /// work); otherwise frames follow input, so an idle viewer costs nothing.
 /// Headless and measuring runs keep drawing continuously.
-fn pace_frames(session: Res<Session>, work: Res<Work>, mut settings: ResMut<WinitSettings>) {
-    let busy = session.loading.is_some() || work.busy();
+fn pace_frames(activity: Res<ui::Activity>, mut settings: ResMut<WinitSettings>) {
+    let busy = activity.0;
     let focused = if busy { UpdateMode::Continuous } else { UpdateMode::reactive(IDLE_WAIT) };
     let unfocused = if busy { UpdateMode::Continuous } else { UpdateMode::reactive_low_power(IDLE_WAIT * 4) };
     if settings.focused_mode != focused || settings.unfocused_mode != unfocused {
@@ -287,17 +301,10 @@ impl Plugin for HeadlessPlugin {
 fn headless_system(
     mut commands: Commands,
     mut headless: ResMut<Headless>,
-    session: Res<Session>,
     report: Res<UiReport>,
     mut exit: MessageWriter<AppExit>,
 ) {
     headless.frames += 1;
-    if let Some(e) = &session.error {
-        *headless.failure.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(format!("the trace could not be decoded: {e}"));
-        exit.write(AppExit::error());
-        return;
-    }
     if headless.saved.load(Ordering::SeqCst) {
         if let Some(path) = &headless.request.state {
             let written = serde_json::to_vec_pretty(&*report)
@@ -319,9 +326,7 @@ fn headless_system(
         exit.write(AppExit::error());
         return;
     }
-    let tooltip_ready = headless.request.hover.is_none()
-        || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
-    let ready = report.loaded && report.sharp && tooltip_ready;
+    let ready = report.complete;
     headless.ready_frames = if ready { headless.ready_frames + 1 } else { 0 };
     let give_up = headless.frames >= SCREENSHOT_MAX_FRAMES;
     if (headless.ready_frames >= 10 && headless.frames >= SCREENSHOT_MIN_FRAMES) || give_up {

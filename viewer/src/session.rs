@@ -127,22 +127,32 @@ impl Session {
 
 /// Takes in a finished decoding.
 pub fn poll_decoding(mut session: ResMut<Session>, mut view: ResMut<Viewport>) {
-    let finished = session.loading.as_ref().is_some_and(|l| l.handle.is_finished());
-    if !finished {
-        return;
-    }
-    let Some(loading) = session.loading.take() else { return };
-    let elapsed = loading.started.elapsed();
-    match loading.handle.join() {
-        Ok(Ok(model)) => {
-            session.generation += 1;
-            let symbols = Arc::new(Symbolizer::with_paths(&model.modules, session.symbol_paths.clone()));
-            view.set_extent(model.columns as f64, f64::from(model.metrics.max_rows.max(1)));
-            session.loaded =
-                Some(Loaded { model: Arc::new(model), symbols, generation: session.generation, decode_time: elapsed });
-            session.error = None;
+    session.poll(&mut view);
+}
+
+impl Session {
+    /// Takes in a finished decoding, fitting `view` to the new model's
+    /// extent; true when a new model arrived.
+    pub fn poll(&mut self, view: &mut Viewport) -> bool {
+        let finished = self.loading.as_ref().is_some_and(|l| l.handle.is_finished());
+        if !finished {
+            return false;
         }
-        Ok(Err(e)) => session.error = Some(e),
-        Err(_) => session.error = Some("decoding failed unexpectedly".to_string()),
+        let Some(loading) = self.loading.take() else { return false };
+        let elapsed = loading.started.elapsed();
+        match loading.handle.join() {
+            Ok(Ok(model)) => {
+                self.generation += 1;
+                let symbols = Arc::new(Symbolizer::with_paths(&model.modules, self.symbol_paths.clone()));
+                view.set_extent(model.columns as f64, f64::from(model.metrics.max_rows.max(1)));
+                self.loaded =
+                    Some(Loaded { model: Arc::new(model), symbols, generation: self.generation, decode_time: elapsed });
+                self.error = None;
+                return true;
+            }
+            Ok(Err(e)) => self.error = Some(e),
+            Err(_) => self.error = Some("decoding failed unexpectedly".to_string()),
+        }
+        false
     }
 }

@@ -9,9 +9,10 @@ use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::inspect::Inspection;
-use decoder::raster::{ColourBy, MERGED_FRAMES_COLOUR, Palette, frame_colour};
+use decoder::raster::{ColourBy, Palette, frame_colour};
 use decoder::working_set::WorkingSetConfig;
 
+use crate::paint::{PictureTexture, c32, draw_ruler, rect4, short};
 use crate::search::{SearchCommand, SearchState};
 use crate::session::{Loaded, Session};
 use crate::view::{Selection, ViewCommand, Viewport};
@@ -20,7 +21,6 @@ use crate::work::{self, RenderKey, Work};
 /// Height of the overview strip, the ruler and a flamegraph level (points).
 const OVERVIEW_H: f32 = 26.0;
 const RULER_H: f32 = 20.0;
-const BAR_H: f32 = 17.0;
 /// Width of the row-label gutter.
 const GUTTER_W: f32 = 170.0;
 
@@ -92,7 +92,7 @@ pub struct UiState {
     drag_select: Option<f64>,
     /// Working-set settings being edited.
     edit: WorkingSetConfig,
-    bitmap: Option<(egui::TextureHandle, RenderKey)>,
+    bitmap: PictureTexture,
     preview: Option<(egui::TextureHandle, work::PreviewKey)>,
     overview: Option<(egui::TextureHandle, (u32, u32, u32))>,
 }
@@ -114,7 +114,7 @@ impl Default for UiState {
             bitmap_pixels: 1.0,
             drag_select: None,
             edit: WorkingSetConfig::default(),
-            bitmap: None,
+            bitmap: PictureTexture::default(),
             preview: None,
             overview: None,
         }
@@ -155,30 +155,38 @@ pub struct UiReport {
     pub ui_cpu_ms: f64,
     /// Why the view could not be drawn, if it could not.
     pub error: Option<String>,
+    /// Everything asked for is on screen: the trace decoded, the picture
+    /// of the current view, the tooltip of a forced hover.
+    pub complete: bool,
+    /// Compare mode: whether the statistics panel shows its tables.
+    pub stats_shown: bool,
+    /// Compare mode: what each pane showed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub panes: Vec<PaneReport>,
 }
 
-fn c32(c: [f64; 3]) -> egui::Color32 {
-    let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
-    egui::Color32::from_rgb(q(c[0]), q(c[1]), q(c[2]))
+/// What one pane of the compare mode showed.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PaneReport {
+    /// The trace.
+    pub trace: String,
+    /// Flamegraph area: [left, top, right, bottom] in pixels.
+    pub flame: [f32; 4],
+    /// Bitmap area.
+    pub bitmap: [f32; 4],
+    /// Visible columns.
+    pub columns: (f64, f64),
+    /// Flamegraph bars drawn: (name, left, right, depth, normalised delta
+    /// of the frame against its partner, `None` without one).
+    pub bars: Vec<(String, f32, f32, u32, Option<f64>)>,
+    /// Whether its picture is of the current view.
+    pub sharp: bool,
 }
 
-fn rect4(r: egui::Rect, ppp: f32) -> [f32; 4] {
-    [r.left() * ppp, r.top() * ppp, r.right() * ppp, r.bottom() * ppp]
-}
-
-/// Short form of a count: 1.2k, 3.4M.
-fn short(n: f64) -> String {
-    let a = n.abs();
-    if a >= 1e9 {
-        format!("{:.1}G", n / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.1}M", n / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", n / 1e3)
-    } else {
-        format!("{n:.0}")
-    }
-}
+/// Whether something is under way (decoding, background work): the window
+/// keeps drawing frames until it is done.
+#[derive(Resource, Default)]
+pub struct Activity(pub bool);
 
 /// The UI, once per frame.
 #[allow(clippy::too_many_arguments)]
@@ -191,7 +199,7 @@ pub fn ui_system(
     mut state: ResMut<UiState>,
     mut commands: MessageWriter<ViewCommand>,
     (mut search, mut searches): (ResMut<SearchState>, MessageWriter<SearchCommand>),
-    mut report: ResMut<UiReport>,
+    (mut report, mut activity): (ResMut<UiReport>, ResMut<Activity>),
     mut last_generation: Local<u32>,
 ) -> Result {
     let cpu_start = crate::bench::thread_cpu_time();
@@ -202,7 +210,7 @@ pub fn ui_system(
         if l.generation != *last_generation {
             *last_generation = l.generation;
             work.clear();
-            state.bitmap = None;
+            state.bitmap.clear();
             state.overview = None;
             state.edit = l.model.working_set.config;
             work.names.want(l.model.call_tree.frames.iter().map(|f| f.function));
@@ -267,6 +275,13 @@ pub fn ui_system(
     if state.show_help {
         help(&ctx, &mut state);
     }
+    if let Some(e) = &session.error {
+        report.error = Some(format!("the trace could not be decoded: {e}"));
+    }
+    let tooltip_ready = state.forced_hover.is_none()
+        || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
+    report.complete = report.loaded && report.sharp && tooltip_ready;
+    activity.0 = session.loading.is_some() || work.busy();
     report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
 }
@@ -650,13 +665,7 @@ fn main_view(
     };
     let model = &l.model;
     if model.columns == 0 {
-        painter.text(
-            full.center(),
-            egui::Align2::CENTER_CENTER,
-            "this trace has no memory reads",
-            egui::FontId::proportional(16.0),
-            egui::Color32::LIGHT_GRAY,
-        );
+        crate::paint::centred_message(&painter, full, "this trace has no memory reads", 16.0);
         return;
     }
     // Layout.
@@ -667,14 +676,7 @@ fn main_view(
     let ruler =
         egui::Rect::from_min_size(overview.left_bottom() + egui::vec2(0.0, 2.0), egui::vec2(overview.width(), RULER_H));
     let depth = work.render.latest().map(|(_, r)| decoder::calltree::height(&r.frames)).unwrap_or(1).max(1);
-    let room = ((full.bottom() - ruler.bottom()) * 0.4 / BAR_H).floor().max(2.0) as u32;
-    let levels = depth.min(room);
-    let flame = egui::Rect::from_min_size(
-        ruler.left_bottom() + egui::vec2(0.0, 2.0),
-        egui::vec2(ruler.width(), levels as f32 * BAR_H),
-    );
-    let bitmap =
-        egui::Rect::from_min_max(flame.left_bottom() + egui::vec2(0.0, 4.0), egui::pos2(full.right(), full.bottom()));
+    let (flame, bitmap, levels) = crate::paint::flame_and_bitmap(ruler, full.bottom(), depth, 0.4);
     let gutter = egui::Rect::from_min_max(
         egui::pos2(full.left(), bitmap.top()),
         egui::pos2(bitmap.left() - 2.0, bitmap.bottom()),
@@ -685,21 +687,13 @@ fn main_view(
     if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
         return;
     }
-    let x_of = |c: f64, r: egui::Rect| r.left() + (view.x_of(c) as f32) * r.width();
-    let column_at = |x: f32, r: egui::Rect| view.column_at(f64::from((x - r.left()) / r.width()));
+    let x_of = |c: f64, r: egui::Rect| crate::paint::x_of(view, c, r);
+    let column_at = |x: f32, r: egui::Rect| crate::paint::column_at(view, x, r);
 
     // Ask for the picture of this view.
     let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
     state.bitmap_pixels = size.0 as f32;
-    let picture = view.picture(size);
-    let key = RenderKey {
-        generation: l.generation,
-        columns: picture.columns,
-        rows: picture.rows,
-        size: picture.size,
-        alpha: state.alpha,
-        colour_by: state.colour_by,
-    };
+    let key = RenderKey::of_view(l.generation, view, size, state.alpha, state.colour_by);
     work::want_render(work, l, key.clone());
     work::want_overview(work, l, (overview.width() * ppp) as u32, (overview.height() * ppp) as u32);
 
@@ -768,137 +762,36 @@ fn main_view(
     }
 
     // Bitmap: the newest picture, placed where its columns are now.
-    if let Some((k, r)) = work.render.latest() {
-        if state.bitmap.as_ref().is_none_or(|(_, have)| have != k) {
-            let tex = ctx.load_texture("bitmap", r.image.clone(), egui::TextureOptions::NEAREST);
-            state.bitmap = Some((tex, k.clone()));
-        }
-        report.render_ms = r.took.as_secs_f64() * 1e3;
-    }
-    if let Some((tex, k)) = &state.bitmap {
-        report.sharp = *k == key;
-        report.picture = true;
-        let left = x_of(k.columns.0, bitmap);
-        let right = x_of(k.columns.1, bitmap);
-        let top = bitmap.top() + ((k.rows.0 - view.rows.0) / view.height()) as f32 * bitmap.height();
-        let bottom = bitmap.top() + ((k.rows.1 - view.rows.0) / view.height()) as f32 * bitmap.height();
-        let painter_b = ui.painter_at(bitmap);
-        painter_b.image(
-            tex.id(),
-            egui::Rect::from_min_max(egui::pos2(left, top), egui::pos2(right, bottom)),
-            egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
-            egui::Color32::WHITE,
-        );
-    }
-
-    if let Some((_, why)) = work.render.failure() {
-        let painter_b = ui.painter_at(bitmap);
-        let text = format!("cannot draw this view: {why}");
-        let galley = painter_b.layout(
-            text.clone(),
-            egui::FontId::proportional(14.0),
-            egui::Color32::from_rgb(255, 200, 120),
-            bitmap.width() * 0.8,
-        );
-        let at = bitmap.center() - galley.size() / 2.0;
-        painter_b.rect_filled(
-            egui::Rect::from_min_size(at, galley.size()).expand(8.0),
-            4.0,
-            egui::Color32::from_black_alpha(220),
-        );
-        painter_b.galley(at, galley, egui::Color32::WHITE);
-        report.error = Some(text);
+    let shown = state.bitmap.paint(ui, "bitmap", work, view, bitmap, &key);
+    report.sharp = shown.sharp;
+    report.picture |= shown.drawn;
+    report.render_ms = shown.render_ms;
+    if shown.error.is_some() {
+        report.error = shown.error;
     }
 
     // Flamegraph bars of the newest picture.
     let matches: HashSet<u64> =
         if search.open && !search.text.is_empty() { work.names.matching(&search.text) } else { HashSet::new() };
-    let mut hovered_frame = None;
     let pointer = ctx.pointer_hover_pos().filter(|_| !state.ignore_pointer);
-    if let Some((k, r)) = work.render.latest() {
-        let painter_f = ui.painter_at(flame);
-        let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
-        let bar_x =
-            |x: f64| -> f32 { x_of(k.columns.0 + x * (k.columns.1 - k.columns.0) / f64::from(k.size.0.max(1)), flame) };
-        work.names.want(r.bars.iter().filter_map(|b| b.frame).map(|i| r.frames[i].function));
-        for bar in &r.bars {
-            if bar.depth < scroll || bar.depth >= scroll + levels {
-                continue;
-            }
-            let (x0, x1) = (bar_x(bar.x0), bar_x(bar.x1));
-            if x1 < flame.left() || x0 > flame.right() {
-                continue;
-            }
-            let y0 = flame.top() + (bar.depth - scroll) as f32 * BAR_H;
-            let rect = egui::Rect::from_min_max(egui::pos2(x0, y0), egui::pos2(x1.max(x0 + 1.0), y0 + BAR_H - 1.0));
-            let frame = bar.frame.filter(|_| bar.frames == 1).map(|i| &r.frames[i]);
-            let name = frame.and_then(|f| work.names.get(f.function)).unwrap_or("");
-            let mut colour = match frame {
-                None => c32(MERGED_FRAMES_COLOUR),
-                Some(f) => frame_fill(state.frame_colours, f, name, &l.symbols),
-            };
-            if !matches.is_empty() {
-                if frame.is_some_and(|f| matches.contains(&f.function)) {
-                    colour = egui::Color32::from_rgb(255, 230, 60);
-                } else {
-                    colour = colour.gamma_multiply(0.3);
-                }
-            }
-            painter_f.rect_filled(rect, 1.0, colour);
-            if rect.width() > 28.0 && !name.is_empty() {
-                let chars = ((rect.width() - 6.0) / 6.6) as usize;
-                let label: String = if name.chars().count() <= chars {
-                    name.to_string()
-                } else {
-                    name.chars().take(chars.saturating_sub(1)).chain(['…']).collect()
-                };
-                painter_f.text(
-                    rect.left_center() + egui::vec2(3.0, 0.0),
-                    egui::Align2::LEFT_CENTER,
-                    &label,
-                    egui::FontId::monospace(11.0),
-                    egui::Color32::BLACK,
-                );
-            }
-            report.bars.push((name.to_string(), x0 * ppp, x1 * ppp, bar.depth));
-            if let (Some(p), Some(i)) = (pointer, bar.frame.filter(|_| bar.frames == 1)) {
-                if rect.contains(p) {
-                    hovered_frame = Some(i);
-                }
-            }
+    let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
+    let fill = |frame: Option<&Frame>, name: &str| {
+        let Some(f) = frame else { return egui::Color32::GRAY };
+        let colour = frame_fill(state.frame_colours, f, name, &l.symbols);
+        match (matches.is_empty(), matches.contains(&f.function)) {
+            (true, _) => colour,
+            (false, true) => egui::Color32::from_rgb(255, 230, 60),
+            (false, false) => colour.gamma_multiply(0.3),
         }
-    }
+    };
+    let (bars, hovered_frame) = crate::paint::paint_flame(ui, flame, view, work, scroll, levels, &fill, pointer);
+    report.bars.extend(bars.into_iter().map(|(name, x0, x1, depth)| (name, x0 * ppp, x1 * ppp, depth)));
 
     // Pointer: hover, drag to pan, wheel to zoom, click for source.
     let main_rect = egui::Rect::from_min_max(flame.min, bitmap.max);
     let response = ui.interact(main_rect, ui.id().with("main"), egui::Sense::click_and_drag());
-    if response.dragged() {
-        let d = response.drag_delta();
-        commands.write(ViewCommand::Pan(-f64::from(d.x / bitmap.width())));
-        if d.y.abs() > 0.0 && bitmap.contains(response.interact_pointer_pos().unwrap_or_default()) {
-            commands.write(ViewCommand::ScrollRows(-f64::from(d.y / bitmap.height())));
-        }
-    }
-    if response.hovered() {
-        let (scroll, mods) = ui.input(|i| (i.smooth_scroll_delta, i.modifiers));
-        if let Some(p) = pointer {
-            let dy = if scroll.y != 0.0 { scroll.y } else { scroll.x };
-            if dy != 0.0 {
-                let x = f64::from((p.x - bitmap.left()) / bitmap.width());
-                if mods.shift {
-                    if flame.contains(p) {
-                        commands.write(ViewCommand::ScrollFlame(-f64::from(dy) / 40.0));
-                    } else {
-                        commands.write(ViewCommand::ScrollRows(-f64::from(dy) / 400.0));
-                    }
-                } else if mods.command {
-                    let y = f64::from((p.y - bitmap.top()) / bitmap.height());
-                    commands.write(ViewCommand::ZoomRows { at: y, factor: (-f64::from(dy) * 0.003).exp() });
-                } else {
-                    commands.write(ViewCommand::Zoom { at: x, factor: (-f64::from(dy) * 0.003).exp() });
-                }
-            }
-        }
+    for command in crate::paint::navigate(ui, &response, flame, bitmap, pointer) {
+        commands.write(command);
     }
     let hover = match state.forced_hover {
         Some((column, row)) => {
@@ -1032,22 +925,7 @@ fn main_view(
                 None => vec![format!("column {} …", h.column)],
             },
         };
-        egui::Area::new(egui::Id::new("tooltip"))
-            .order(egui::Order::Tooltip)
-            .fixed_pos(h.pos + egui::vec2(14.0, 14.0))
-            .constrain(true)
-            .show(ctx, |ui| {
-                egui::Frame::popup(ui.style()).show(ui, |ui| {
-                    ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
-                    for (i, line) in lines.iter().enumerate() {
-                        if i == 0 {
-                            ui.strong(line);
-                        } else {
-                            ui.monospace(line);
-                        }
-                    }
-                });
-            });
+        crate::paint::tooltip(ctx, h.pos, &lines);
         report.tooltip = lines;
     }
 }
@@ -1078,7 +956,7 @@ fn frame_tooltip(f: &Frame, l: &Loaded, names: &work::Names) -> Vec<String> {
     ]
 }
 
-fn inspection_tooltip(i: &Inspection) -> Vec<String> {
+pub(crate) fn inspection_tooltip(i: &Inspection) -> Vec<String> {
     let mut lines = Vec::new();
     match &i.access {
         Some(a) => {
@@ -1121,30 +999,6 @@ fn inspection_tooltip(i: &Inspection) -> Vec<String> {
         lines.push(format!("stack: {}", stack.join(" > ")));
     }
     lines
-}
-
-fn draw_ruler(painter: &egui::Painter, ruler: egui::Rect, view: &Viewport) {
-    painter.rect_filled(ruler, 0.0, egui::Color32::from_gray(24));
-    let target = view.width() / f64::from((ruler.width() / 90.0).max(1.0));
-    let magnitude = 10f64.powf(target.max(1.0).log10().floor());
-    let step =
-        [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= target).unwrap_or(10.0 * magnitude).max(1.0);
-    let mut c = (view.columns.0 / step).ceil() * step;
-    while c < view.columns.1 {
-        let x = ruler.left() + (view.x_of(c) as f32) * ruler.width();
-        painter.line_segment(
-            [egui::pos2(x, ruler.bottom() - 6.0), egui::pos2(x, ruler.bottom())],
-            egui::Stroke::new(1.0, egui::Color32::GRAY),
-        );
-        painter.text(
-            egui::pos2(x + 2.0, ruler.top() + 2.0),
-            egui::Align2::LEFT_TOP,
-            short(c),
-            egui::FontId::proportional(10.0),
-            egui::Color32::GRAY,
-        );
-        c += step;
-    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,6 +1,6 @@
 //! The visible part of a trace: a column range (x) and a row range of the
 //! bitmap (y), and the maths of zooming, panning and fitting. Plain data,
-//! no Bevy: the systems in [`crate::commands`] apply [`ViewCommand`]s to it.
+//! no Bevy: [`apply`] and the systems apply [`ViewCommand`]s to it.
 
 use bevy::prelude::*;
 
@@ -219,17 +219,26 @@ pub fn apply_view_commands(
 ) {
     for command in commands.read() {
         match *command {
-            ViewCommand::Zoom { at, factor } => view.zoom_at(at, factor),
-            ViewCommand::ZoomRows { at, factor } => view.zoom_rows_at(at, factor),
-            ViewCommand::Pan(dx) => view.pan(dx),
-            ViewCommand::ScrollRows(dy) => view.scroll_rows(dy),
-            ViewCommand::ScrollFlame(levels) => view.flame_scroll = (view.flame_scroll + levels).max(0.0),
-            ViewCommand::Fit { from, to } => view.fit(from, to, 0.02),
-            ViewCommand::Reset => view.reset(),
             ViewCommand::Select(range) => {
                 selection.0 = range.map(|(a, b)| (a.min(b), a.max(b))).filter(|(a, b)| b > a);
             }
+            other => apply(&mut view, other),
         }
+    }
+}
+
+/// Applies a command that moves the view (a selection is not the view's:
+/// it is ignored here).
+pub fn apply(view: &mut Viewport, command: ViewCommand) {
+    match command {
+        ViewCommand::Zoom { at, factor } => view.zoom_at(at, factor),
+        ViewCommand::ZoomRows { at, factor } => view.zoom_rows_at(at, factor),
+        ViewCommand::Pan(dx) => view.pan(dx),
+        ViewCommand::ScrollRows(dy) => view.scroll_rows(dy),
+        ViewCommand::ScrollFlame(levels) => view.flame_scroll = (view.flame_scroll + levels).max(0.0),
+        ViewCommand::Fit { from, to } => view.fit(from, to, 0.02),
+        ViewCommand::Reset => view.reset(),
+        ViewCommand::Select(_) => {}
     }
 }
 

@@ -24,6 +24,7 @@ use decoder::tables::{AccessRow, Grouping, access_table};
 
 use crate::jobs::{Cancel, Job};
 use crate::session::Loaded;
+use crate::view::Viewport;
 
 /// What a picture of the view depends on.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +41,15 @@ pub struct RenderKey {
     pub alpha: f64,
     /// Colouring.
     pub colour_by: ColourBy,
+}
+
+impl RenderKey {
+    /// The picture `view` needs on a bitmap of `pixels` (see
+    /// [`Viewport::picture`]).
+    pub fn of_view(generation: u32, view: &Viewport, pixels: (u32, u32), alpha: f64, colour_by: ColourBy) -> RenderKey {
+        let picture = view.picture(pixels);
+        RenderKey { generation, columns: picture.columns, rows: picture.rows, size: picture.size, alpha, colour_by }
+    }
 }
 
 /// A picture of a view.

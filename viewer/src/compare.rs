@@ -1,0 +1,835 @@
+//! Compare mode (`linetrace view A B`): two traces in one window, A above
+//! B, each with its flamegraph over its bitmap, drawn by the same code as
+//! the single-trace view ([`crate::paint`], [`crate::work`]).
+//!
+//! - **Linked navigation.** The x axes are each trace's own read columns,
+//!   so they are linked by frames ([`decoder::compare`]): zooming, panning
+//!   or fitting a frame in one pane shows the same place, through the
+//!   matching invocation, in the other. `L` unlinks.
+//! - **Differential flamegraph.** Frames are coloured by the normalised
+//!   delta of reads (or D1 / LL read misses) between a frame and its
+//!   partner: blue fewer in B, red more, grey no partner; in both panes, so
+//!   a red frame costs more in B wherever it is seen. Hover says A, B and
+//!   the delta.
+//! - **Statistics.** The side panel shows `linetrace diff`'s tables for the
+//!   whole traces, the clicked frame and its partner, or a range dragged on
+//!   either ruler and its linked counterpart.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bevy::prelude::*;
+use bevy_egui::{EguiContexts, egui};
+use decoder::calltree::Frame;
+use decoder::compare::{DeltaMetric, FrameDelta, FrameMatching, Side, frame_index};
+use decoder::diff::{DiffRow, MetricPair, diff, range_diff};
+use decoder::raster::{ColourBy, Palette, UNMATCHED_FRAME_COLOUR, delta_colour, frame_colour};
+use decoder::tables::Grouping;
+
+use crate::jobs::Job;
+use crate::paint::{self, BAR_H, PictureTexture, c32, rect4, short};
+use crate::session::{Loaded, Session};
+use crate::ui::{Activity, Hover, PaneReport, UiReport};
+use crate::view::{ViewCommand, Viewport};
+use crate::work::{self, RenderKey, Work};
+use crate::{ScreenshotRequest, ViewerOptions};
+
+const HEADER_H: f32 = 18.0;
+const RULER_H: f32 = 18.0;
+const MARGIN_W: f32 = 26.0;
+
+/// One trace of the comparison.
+pub struct Pane {
+    /// Which.
+    pub side: Side,
+    /// Its trace.
+    pub session: Session,
+    /// What of it is on screen.
+    pub view: Viewport,
+    /// Its background work.
+    pub work: Work,
+    picture: PictureTexture,
+    generation: u32,
+    /// Deltas of its frames (model frame index), for the current metric.
+    deltas: HashMap<usize, FrameDelta>,
+}
+
+impl Pane {
+    fn new(side: Side, session: Session) -> Pane {
+        Pane {
+            side,
+            session,
+            view: Viewport::default(),
+            work: Work::default(),
+            picture: PictureTexture::default(),
+            generation: 0,
+            deltas: HashMap::new(),
+        }
+    }
+
+    fn letter(&self) -> &'static str {
+        match self.side {
+            Side::A => "A",
+            Side::B => "B",
+        }
+    }
+}
+
+/// Column ranges of A and B the statistics are about.
+pub type Ranges = [(u64, u64); 2];
+
+/// The statistics panel's content: `linetrace diff` of two ranges.
+pub struct CompareStats {
+    /// What is compared.
+    pub title: String,
+    /// Metrics side by side.
+    pub metrics: Vec<MetricPair>,
+    /// By function.
+    pub by_function: Vec<DiffRow>,
+    /// By line.
+    pub by_line: Vec<DiffRow>,
+}
+
+/// The two traces and what the window does with them.
+#[derive(Resource)]
+pub struct Comparison {
+    /// A, then B.
+    pub panes: [Pane; 2],
+    /// Differential colouring of frames (`None`: a hue per function).
+    pub metric: Option<DeltaMetric>,
+    /// Whether moving one pane moves the other.
+    pub linked: bool,
+    /// The ranges of the statistics (`None`: whole traces).
+    pub selection: Option<Ranges>,
+    /// Bitmap colouring.
+    pub colour_by: ColourBy,
+    matching: Job<(u32, u32), Arc<FrameMatching>>,
+    stats: Job<(u32, u32, Option<Ranges>), CompareStats>,
+    start: Option<(u64, u64)>,
+    show_stats: bool,
+    show_help: bool,
+    forced_hover: Option<u64>,
+    ignore_pointer: bool,
+    drag_select: Option<(Side, f64)>,
+    hover: Option<(Side, Hover)>,
+}
+
+impl Comparison {
+    /// Starts decoding both traces.
+    pub fn open(options: &ViewerOptions, b: PathBuf) -> Comparison {
+        let open = |path: PathBuf| Session::open(path, options.decode, options.symbol_paths.clone());
+        Comparison {
+            panes: [Pane::new(Side::A, open(options.trace.clone())), Pane::new(Side::B, open(b))],
+            metric: Some(DeltaMetric::Reads),
+            linked: true,
+            selection: None,
+            colour_by: ColourBy::BytesRead,
+            matching: Job::default(),
+            stats: Job::default(),
+            start: options.columns,
+            // The diff tables are what a comparison is read by: shown
+            // from the start.
+            show_stats: true,
+            show_help: false,
+            forced_hover: options.screenshot.as_ref().and_then(|r: &ScreenshotRequest| r.hover).map(|h| h.0),
+            ignore_pointer: options.screenshot.is_some() || options.bench.is_some(),
+            drag_select: None,
+            hover: None,
+        }
+    }
+
+    fn loaded(&self) -> Option<[Loaded; 2]> {
+        Some([self.panes[0].session.loaded.clone()?, self.panes[1].session.loaded.clone()?])
+    }
+
+    /// The frame matching of the current models, once computed.
+    pub fn matching(&self) -> Option<Arc<FrameMatching>> {
+        let [a, b] = self.loaded()?;
+        self.matching.result_for(&(a.generation, b.generation)).cloned()
+    }
+
+    /// Applies a command to pane `side` and, when linked, shows the same
+    /// place in the other pane.
+    pub fn command(&mut self, side: Side, command: ViewCommand) {
+        match command {
+            ViewCommand::Select(range) => {
+                self.selection = range.and_then(|r| self.linked_ranges(side, r));
+                return;
+            }
+            ViewCommand::Reset if self.linked => {
+                self.panes.iter_mut().for_each(|p| p.view.reset());
+                return;
+            }
+            _ => {}
+        }
+        crate::view::apply(&mut self.panes[side.index()].view, command);
+        if self.linked && !matches!(command, ViewCommand::ScrollRows(_) | ViewCommand::ZoomRows { .. }) {
+            self.follow(side);
+        }
+    }
+
+    /// Moves the other pane to where pane `side` is.
+    fn follow(&mut self, side: Side) {
+        let Some(matching) = self.matching() else { return };
+        let columns = self.panes[side.index()].view.columns;
+        let (x0, x1) = matching.warp.map_view(side, columns);
+        self.panes[side.other().index()].view.fit(x0, x1, 0.0);
+    }
+
+    /// A range of pane `side` and its counterpart in the other.
+    fn linked_ranges(&self, side: Side, range: (u64, u64)) -> Option<Ranges> {
+        let [a, b] = self.loaded()?;
+        let other = [a.model.columns, b.model.columns][side.other().index()];
+        let (x0, x1) = self.matching()?.warp.map_view(side, (range.0 as f64, range.1 as f64));
+        let mapped = (x0.max(0.0).round() as u64, (x1.max(0.0).round() as u64).min(other));
+        let mut ranges = [range, range];
+        ranges[side.other().index()] = mapped;
+        Some(ranges)
+    }
+
+    /// Selects frame `frame` (model index) of pane `side` and its partner.
+    fn select_frame(&mut self, side: Side, frame: usize) {
+        let (Some([a, b]), Some(matching)) = (self.loaded(), self.matching()) else { return };
+        let trees = [&a.model.call_tree, &b.model.call_tree];
+        let Some(partner) = matching.partner(side, frame) else {
+            self.selection = None;
+            return;
+        };
+        let span = |t: &decoder::calltree::CallTree, i: usize| (t.frames[i].first_column, t.frames[i].end_column);
+        let mut ranges = [(0, 0); 2];
+        ranges[side.index()] = span(trees[side.index()], frame);
+        ranges[side.other().index()] = span(trees[side.other().index()], partner);
+        self.selection = Some(ranges);
+    }
+}
+
+/// The compare mode's resources and systems.
+pub struct ComparePlugin {
+    /// How it was opened (`options.compare` is trace B).
+    pub options: ViewerOptions,
+    /// Trace B.
+    pub b: PathBuf,
+}
+
+impl Plugin for ComparePlugin {
+    fn build(&self, app: &mut App) {
+        app.insert_resource(Comparison::open(&self.options, self.b.clone()))
+            .init_resource::<UiReport>()
+            .init_resource::<Activity>()
+            .add_systems(Update, poll_panes)
+            .add_systems(bevy_egui::EguiPrimaryContextPass, compare_ui);
+    }
+}
+
+/// Takes in decoded traces, starts the frame matching, fits the first view.
+fn poll_panes(mut comparison: ResMut<Comparison>) {
+    let c = &mut *comparison;
+    for pane in &mut c.panes {
+        pane.session.poll(&mut pane.view);
+    }
+    let Some([a, b]) = c.loaded() else { return };
+    c.matching.want((a.generation, b.generation), move |_| {
+        Some(Arc::new(FrameMatching::new(&a.model, &a.symbols, &b.model, &b.symbols)))
+    });
+    c.matching.poll();
+    if c.matching().is_some() {
+        if let Some((from, to)) = c.start.take() {
+            c.command(Side::A, ViewCommand::Fit { from: from as f64, to: to as f64 });
+        }
+    }
+}
+
+/// The window, once per frame.
+fn compare_ui(
+    mut contexts: EguiContexts,
+    mut comparison: ResMut<Comparison>,
+    mut report: ResMut<UiReport>,
+    mut activity: ResMut<Activity>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    let c = &mut *comparison;
+    let ppp = ctx.pixels_per_point();
+    let matching = c.matching();
+    for pane in &mut c.panes {
+        pane.work.poll();
+        if let Some(l) = &pane.session.loaded {
+            if l.generation != pane.generation {
+                pane.generation = l.generation;
+                pane.work.clear();
+                pane.picture.clear();
+                pane.deltas.clear();
+                pane.work.names.want(l.model.call_tree.frames.iter().map(|f| f.function));
+            }
+            pane.work.names.start(&l.symbols);
+        }
+    }
+    *report = UiReport { loaded: c.loaded().is_some(), ..UiReport::default() };
+    let mut commands: Vec<(Side, ViewCommand)> = Vec::new();
+    keyboard(&ctx, c, &mut commands);
+
+    let mut root =
+        egui::Ui::new(ctx.clone(), "linetrace-compare".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
+    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, c, &mut commands));
+    egui::Panel::bottom("status").show(&mut root, |ui| {
+        for pane in &c.panes {
+            let text = status_line(pane);
+            ui.label(egui::RichText::new(&text).monospace().size(11.0));
+            report.status.push_str(&text);
+            report.status.push('\n');
+        }
+        if let (Some(m), Some(_)) = (&matching, c.loaded()) {
+            let text = format!(
+                "{} of A's frames and {} of B's matched by function and occurrence",
+                m.matched(Side::A),
+                m.matched(Side::B)
+            );
+            ui.label(egui::RichText::new(&text).monospace().size(11.0));
+        }
+    });
+    if c.show_stats {
+        egui::Panel::right("side").resizable(true).default_size(420.0).show(&mut root, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = stats_panel(ui, c));
+        });
+    }
+    let mut hover = None;
+    egui::CentralPanel::default().show(&mut root, |ui| {
+        let full = ui.available_rect_before_wrap();
+        ui.painter().rect_filled(full, 0.0, c32(Palette::default().background));
+        let half = full.height() / 2.0;
+        for side in [Side::A, Side::B] {
+            let top = full.top() + half * side.index() as f32;
+            let rect =
+                egui::Rect::from_min_max(egui::pos2(full.left(), top), egui::pos2(full.right(), top + half - 3.0));
+            if let Some(h) = pane_view(ui, &ctx, c, side, rect, matching.as_deref(), &mut commands, &mut report, ppp) {
+                hover = Some((side, h));
+            }
+        }
+        let split = full.top() + half - 2.0;
+        ui.painter().hline(full.x_range(), split, egui::Stroke::new(2.0, egui::Color32::from_gray(90)));
+    });
+    c.hover = hover;
+    for (side, command) in commands {
+        c.command(side, command);
+    }
+    if c.show_help {
+        help(&ctx, &mut c.show_help);
+    }
+    if let Some(e) = c.panes.iter().find_map(|p| p.session.error.as_ref().map(|e| (p.session.path.clone(), e))) {
+        report.error = Some(format!("the trace {} could not be decoded: {}", e.0.display(), e.1));
+    }
+    let hover_ready = c.forced_hover.is_none() || !report.tooltip.is_empty();
+    let stats_ready = !c.show_stats || report.stats_shown;
+    report.complete = report.loaded
+        && matching.is_some()
+        && c.start.is_none()
+        && report.panes.iter().all(|p| p.sharp)
+        && hover_ready
+        && stats_ready;
+    activity.0 =
+        c.panes.iter().any(|p| p.session.loading.is_some() || p.work.busy()) || c.matching.busy() || c.stats.busy();
+    Ok(())
+}
+
+fn keyboard(ctx: &egui::Context, c: &mut Comparison, commands: &mut Vec<(Side, ViewCommand)>) {
+    if ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
+        c.show_help = false;
+    }
+    if ctx.egui_wants_keyboard_input() {
+        return;
+    }
+    let side = c.hover.map_or(Side::A, |(s, _)| s);
+    let hovered = c.hover.and_then(|(s, h)| Some((s, h.frame?)));
+    ctx.input(|i| {
+        let pressed = |k| i.key_pressed(k);
+        let mut push = |command| commands.push((side, command));
+        if pressed(egui::Key::A) || pressed(egui::Key::ArrowLeft) {
+            push(ViewCommand::Pan(-0.1));
+        }
+        if pressed(egui::Key::D) || pressed(egui::Key::ArrowRight) {
+            push(ViewCommand::Pan(0.1));
+        }
+        if pressed(egui::Key::W) || pressed(egui::Key::ArrowUp) {
+            push(ViewCommand::Zoom { at: 0.5, factor: 0.8 });
+        }
+        if pressed(egui::Key::S) || pressed(egui::Key::ArrowDown) {
+            push(ViewCommand::Zoom { at: 0.5, factor: 1.25 });
+        }
+        if pressed(egui::Key::Num0) {
+            push(ViewCommand::Reset);
+        }
+        if pressed(egui::Key::L) {
+            c.linked = !c.linked;
+        }
+        if i.events.iter().any(|e| matches!(e, egui::Event::Text(t) if t == "?")) {
+            c.show_help = !c.show_help;
+        }
+        if pressed(egui::Key::F) {
+            if let Some((s, i)) = hovered {
+                if let Some(f) = paint::picture_frame(&c.panes[s.index()].work, i) {
+                    commands.push((s, ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 }));
+                }
+            }
+        }
+    });
+}
+
+fn toolbar(ui: &mut egui::Ui, c: &mut Comparison, commands: &mut Vec<(Side, ViewCommand)>) {
+    ui.horizontal(|ui| {
+        ui.strong("linetrace — compare");
+        ui.separator();
+        if ui.button("Fit all (0)").clicked() {
+            commands.push((Side::A, ViewCommand::Reset));
+            commands.push((Side::B, ViewCommand::Reset));
+        }
+        ui.toggle_value(&mut c.linked, "Linked (L)");
+        ui.toggle_value(&mut c.show_stats, "Stats");
+        ui.separator();
+        ui.label("frames:");
+        egui::ComboBox::from_id_salt("delta-metric")
+            .selected_text(c.metric.map_or("function colours".to_string(), |m| format!("Δ {}", m.name())))
+            .show_ui(ui, |ui| {
+                for m in DeltaMetric::ALL {
+                    ui.selectable_value(&mut c.metric, Some(m), format!("Δ {}", m.name()));
+                }
+                ui.selectable_value(&mut c.metric, None, "function colours");
+            });
+        ui.label("bitmap:");
+        egui::ComboBox::from_id_salt("colour-by").selected_text(c.colour_by.name()).show_ui(ui, |ui| {
+            for k in
+                [ColourBy::BytesRead, ColourBy::DistinctBytes, ColourBy::Age, ColourBy::Function, ColourBy::CacheMisses]
+            {
+                ui.selectable_value(&mut c.colour_by, k, k.name());
+            }
+        });
+        if ui.button("?").clicked() {
+            c.show_help = !c.show_help;
+        }
+        if let Some(m) = c.metric {
+            ui.separator();
+            let legend = |ui: &mut egui::Ui, d: f64, text: &str| {
+                ui.label(egui::RichText::new(text).background_color(c32(delta_colour(d))).color(egui::Color32::BLACK));
+            };
+            legend(ui, -1.0, "fewer in B");
+            legend(ui, 0.0, "same");
+            legend(ui, 1.0, "more in B");
+            ui.label(
+                egui::RichText::new("no partner")
+                    .background_color(c32(UNMATCHED_FRAME_COLOUR))
+                    .color(egui::Color32::WHITE),
+            );
+            ui.label(egui::RichText::new(format!("({})", m.name())).small());
+        }
+    });
+}
+
+fn status_line(pane: &Pane) -> String {
+    let file = pane.session.path.display().to_string();
+    if let Some(e) = &pane.session.error {
+        return format!("{}: {file}: cannot show this trace: {e}", pane.letter());
+    }
+    let Some(l) = &pane.session.loaded else {
+        return format!("{}: {file}: decoding… {:.0}%", pane.letter(), 100.0 * pane.session.progress().unwrap_or(0.0));
+    };
+    let m = &l.model;
+    format!(
+        "{}: {file}  ·  {}  ·  function {}  ·  {} reads  ·  view {}..{}",
+        pane.letter(),
+        m.metadata.argv.join(" "),
+        m.metadata.function.as_deref().unwrap_or("?"),
+        short(m.columns as f64),
+        pane.view.columns.0 as u64,
+        pane.view.columns.1 as u64
+    )
+}
+
+/// One pane: header, ruler, flamegraph, bitmap. Returns what is hovered.
+#[allow(clippy::too_many_arguments)]
+fn pane_view(
+    ui: &mut egui::Ui,
+    ctx: &egui::Context,
+    c: &mut Comparison,
+    side: Side,
+    rect: egui::Rect,
+    matching: Option<&FrameMatching>,
+    commands: &mut Vec<(Side, ViewCommand)>,
+    report: &mut UiReport,
+    ppp: f32,
+) -> Option<Hover> {
+    let loaded = c.loaded();
+    let (metric, colour_by, forced_hover, ignore_pointer) = (c.metric, c.colour_by, c.forced_hover, c.ignore_pointer);
+    let selection = c.selection;
+    let pane = &mut c.panes[side.index()];
+    let painter = ui.painter_at(rect);
+    painter.text(
+        rect.left_top() + egui::vec2(6.0, 2.0),
+        egui::Align2::LEFT_TOP,
+        pane.letter(),
+        egui::FontId::proportional(18.0),
+        egui::Color32::WHITE,
+    );
+    let header =
+        egui::Rect::from_min_size(rect.min + egui::vec2(MARGIN_W, 0.0), egui::vec2(rect.width() - MARGIN_W, HEADER_H));
+    painter.text(
+        header.left_center(),
+        egui::Align2::LEFT_CENTER,
+        pane.session.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        egui::FontId::proportional(12.0),
+        egui::Color32::LIGHT_GRAY,
+    );
+    let Some(pair) = loaded else {
+        let text = match &pane.session.error {
+            Some(e) => format!("cannot show this trace: {e}"),
+            None => format!("decoding… {:.0}%", 100.0 * pane.session.progress().unwrap_or(0.0)),
+        };
+        paint::centred_message(&painter, rect, text, 14.0);
+        ctx.request_repaint();
+        return None;
+    };
+    let l = &pair[side.index()];
+    let models: [&decoder::model::Model; 2] = [&pair[0].model, &pair[1].model];
+    if l.model.columns == 0 {
+        paint::centred_message(&painter, rect, "this trace has no memory reads", 14.0);
+        return None;
+    }
+    let ruler = egui::Rect::from_min_size(header.left_bottom(), egui::vec2(header.width(), RULER_H));
+    let depth = pane.work.render.latest().map(|(_, r)| decoder::calltree::height(&r.frames)).unwrap_or(1).max(1);
+    let (flame, bitmap, levels) = paint::flame_and_bitmap(ruler, rect.bottom(), depth, 0.45);
+    if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
+        return None;
+    }
+    let view = pane.view;
+
+    // The picture of this view.
+    let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
+    let key = RenderKey::of_view(l.generation, &view, size, 1.0, colour_by);
+    work::want_render(&mut pane.work, l, key.clone());
+    let shown =
+        pane.picture.paint(ui, if side == Side::A { "bitmap-a" } else { "bitmap-b" }, &pane.work, &view, bitmap, &key);
+    if shown.error.is_some() {
+        report.error = shown.error.clone();
+    }
+
+    // Ruler, selection.
+    paint::draw_ruler(&painter, ruler, &view);
+    let rr = ui.interact(ruler, ui.id().with(("ruler", side.index())), egui::Sense::drag());
+    if rr.drag_started() {
+        c.drag_select = rr.interact_pointer_pos().map(|p| (side, paint::column_at(&view, p.x, ruler)));
+    }
+    if let (Some((s, start)), Some(p)) = (c.drag_select.filter(|(s, _)| *s == side), rr.interact_pointer_pos()) {
+        let now = paint::column_at(&view, p.x, ruler);
+        let (a, b) = (start.min(now), start.max(now));
+        painter.rect_filled(
+            egui::Rect::from_x_y_ranges(
+                paint::x_of(&view, a, ruler)..=paint::x_of(&view, b, ruler),
+                ruler.top()..=bitmap.bottom(),
+            ),
+            0.0,
+            egui::Color32::from_rgba_unmultiplied(120, 160, 255, 40),
+        );
+        if rr.drag_stopped() {
+            c.drag_select = None;
+            commands.push((s, ViewCommand::Select(Some((a.max(0.0) as u64, b.max(0.0).ceil() as u64)))));
+            c.show_stats = true;
+        }
+    }
+    let pane = &mut c.panes[side.index()];
+    if let Some(ranges) = selection {
+        let (a, b) = ranges[side.index()];
+        let r = egui::Rect::from_x_y_ranges(
+            paint::x_of(&view, a as f64, ruler).max(ruler.left())
+                ..=paint::x_of(&view, b as f64, ruler).min(ruler.right()),
+            ruler.y_range(),
+        );
+        painter.rect_filled(r, 0.0, egui::Color32::from_rgba_unmultiplied(120, 160, 255, 110));
+    }
+
+    // Flamegraph: differential colours.
+    let tree = &l.model.call_tree;
+    if let (Some(m), Some(matching)) = (metric, matching) {
+        if let Some((_, r)) = pane.work.render.latest() {
+            for f in &r.frames {
+                if let Some(i) = frame_index(tree, f) {
+                    pane.deltas.entry(i).or_insert_with(|| {
+                        FrameDelta::of(m, matching, side, i, models).unwrap_or(FrameDelta { a: None, b: None })
+                    });
+                }
+            }
+        }
+    }
+    let deltas = &pane.deltas;
+    let delta_of = |f: &Frame| frame_index(tree, f).and_then(|i| deltas.get(&i)).and_then(FrameDelta::normalised);
+    let fill = |frame: Option<&Frame>, name: &str| {
+        let Some(f) = frame else { return egui::Color32::GRAY };
+        match metric {
+            None => c32(frame_colour(if name.is_empty() { "?" } else { name })),
+            Some(_) => delta_of(f).map_or(c32(UNMATCHED_FRAME_COLOUR), |d| c32(delta_colour(d))),
+        }
+    };
+    let pointer = ctx.pointer_hover_pos().filter(|_| !ignore_pointer);
+    let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
+    let (bars, hovered_frame) = paint::paint_flame(ui, flame, &view, &mut pane.work, scroll, levels, &fill, pointer);
+    let frames = pane.work.render.latest().map(|(_, r)| r.frames.clone()).unwrap_or_default();
+    let bar_frames: Vec<Option<f64>> = {
+        // Bars carry their frame's delta in the report (tests read it).
+        let r = pane.work.render.latest();
+        r.map(|(_, r)| {
+            r.bars
+                .iter()
+                .filter(|b| b.depth >= scroll && b.depth < scroll + levels)
+                .map(|b| b.frame.filter(|_| b.frames == 1).and_then(|i| delta_of(&r.frames[i])))
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    let pane_report = PaneReport {
+        trace: pane.session.path.display().to_string(),
+        flame: rect4(flame, ppp),
+        bitmap: rect4(bitmap, ppp),
+        columns: view.columns,
+        bars: bars
+            .into_iter()
+            .zip(bar_frames.into_iter().chain(std::iter::repeat(None)))
+            .map(|((name, x0, x1, d), delta)| (name, x0 * ppp, x1 * ppp, d, delta))
+            .collect(),
+        sharp: shown.sharp,
+    };
+
+    // Pointer.
+    let main_rect = egui::Rect::from_min_max(flame.min, bitmap.max);
+    let response = ui.interact(main_rect, ui.id().with(("main", side.index())), egui::Sense::click_and_drag());
+    commands.extend(paint::navigate(ui, &response, flame, bitmap, pointer).into_iter().map(|k| (side, k)));
+    let total = l.model.columns as f64;
+    let hover = match forced_hover {
+        // Headless: hover the deepest frame drawn at this column of A.
+        Some(column) if side == Side::A => {
+            let x = paint::x_of(&view, column as f64 + 0.5, flame);
+            let deepest = frames
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.first_column <= column && column < f.end_column && f.depth < scroll + levels)
+                .max_by_key(|(_, f)| f.depth);
+            deepest.map(|(i, f)| Hover {
+                column,
+                row: None,
+                frame: Some(i),
+                pos: egui::pos2(x, flame.top() + (f.depth.saturating_sub(scroll) as f32 + 0.5) * BAR_H),
+            })
+        }
+        Some(_) => None,
+        None => pointer.filter(|p| main_rect.contains(*p)).map(|p| {
+            let column = paint::column_at(&view, p.x, bitmap).floor().clamp(0.0, total - 1.0) as u64;
+            let row = bitmap
+                .contains(p)
+                .then(|| view.row_at(f64::from((p.y - bitmap.top()) / bitmap.height())).floor().max(0.0) as usize);
+            Hover { column, row, frame: hovered_frame, pos: p }
+        }),
+    };
+    if let Some(h) = hover {
+        painter.line_segment(
+            [
+                egui::pos2(paint::x_of(&view, h.column as f64, bitmap), flame.top()),
+                egui::pos2(paint::x_of(&view, h.column as f64, bitmap), bitmap.bottom()),
+            ],
+            egui::Stroke::new(1.0, egui::Color32::from_white_alpha(90)),
+        );
+        if h.frame.is_none() {
+            work::want_inspect(&mut pane.work, l, h.column, h.row);
+        }
+    }
+    let clicked_frame = hover.and_then(|h| h.frame).and_then(|i| frames.get(i)).and_then(|f| frame_index(tree, f));
+    if response.double_clicked() {
+        if let Some(f) = hover.and_then(|h| h.frame).and_then(|i| frames.get(i)) {
+            commands.push((side, ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 }));
+        }
+    } else if response.clicked() {
+        if let Some(i) = clicked_frame {
+            c.select_frame(side, i);
+            c.show_stats = true;
+        }
+    }
+
+    // Tooltip.
+    let pane = &c.panes[side.index()];
+    if let Some(h) = hover {
+        let lines = match h.frame.and_then(|i| frames.get(i)) {
+            Some(f) => frame_lines(f, l, &pane.work, matching, side, models, metric.unwrap_or_default()),
+            None => match pane.work.inspect.result_for(&(l.generation, h.column, h.row)) {
+                Some(Ok(i)) => crate::ui::inspection_tooltip(i),
+                Some(Err(e)) => vec![e.clone()],
+                None => vec![format!("column {} …", h.column)],
+            },
+        };
+        let mut lines = lines;
+        if let Some(first) = lines.first_mut() {
+            *first = format!("{}: {first}", pane.letter());
+        }
+        paint::tooltip(ctx, h.pos, &lines);
+        report.tooltip = lines;
+    }
+    report.panes.push(pane_report);
+    hover
+}
+
+/// A frame's tooltip: the metric in A and B and the delta, then reads.
+fn frame_lines(
+    f: &Frame,
+    l: &Loaded,
+    work: &Work,
+    matching: Option<&FrameMatching>,
+    side: Side,
+    models: [&decoder::model::Model; 2],
+    metric: DeltaMetric,
+) -> Vec<String> {
+    let name = paint::frame_label(&work.names, f);
+    let mut lines = vec![name, l.symbols.locate(f.function).file_line()];
+    let index = frame_index(&l.model.call_tree, f);
+    let partner = index.and_then(|i| matching?.partner(side, i));
+    let other = models[side.other().index()];
+    match (index, partner) {
+        (Some(i), Some(j)) => {
+            let m = matching.expect("a partner comes from a matching");
+            for k in [metric, DeltaMetric::Reads] {
+                if let Some(d) = FrameDelta::of(k, m, side, i, models) {
+                    let (a, b) = (d.a.unwrap_or(0), d.b.unwrap_or(0));
+                    let change = b as i64 - a as i64;
+                    let pct =
+                        if a == 0 { String::new() } else { format!(" ({:+.0}%)", 100.0 * change as f64 / a as f64) };
+                    lines.push(format!("{:<15} A {a:>10}  B {b:>10}  Δ {change:+}{pct}", k.name()));
+                }
+                if metric == DeltaMetric::Reads {
+                    break;
+                }
+            }
+            let g = &other.call_tree.frames[j];
+            lines.push(format!(
+                "columns {}..{} here, {}..{} in {}",
+                f.first_column,
+                f.end_column,
+                g.first_column,
+                g.end_column,
+                match side.other() {
+                    Side::A => "A",
+                    Side::B => "B",
+                }
+            ));
+        }
+        (Some(_), None) if matching.is_some() => {
+            lines.push(format!("reads {} — no matching frame in the other trace", f.total_reads));
+        }
+        _ => lines.push(format!("reads {} (matching frames…)", f.total_reads)),
+    }
+    lines
+}
+
+/// The statistics panel; true once its tables are shown.
+fn stats_panel(ui: &mut egui::Ui, c: &mut Comparison) -> bool {
+    let Some([a, b]) = c.loaded() else {
+        ui.spinner();
+        return false;
+    };
+    let selection = c.selection;
+    match selection {
+        Some([ra, rb]) => ui.heading(format!("A {}..{}  vs  B {}..{}", ra.0, ra.1, rb.0, rb.1)),
+        None => ui.heading("Whole traces"),
+    };
+    ui.label(egui::RichText::new("click a frame or drag on a ruler to compare a part").small());
+    if selection.is_some() && ui.button("whole traces").clicked() {
+        c.selection = None;
+    }
+    let key = (a.generation, b.generation, selection);
+    c.stats.want(key, move |cancel| {
+        Some(match selection {
+            None => {
+                let by_function = diff(&a.model, &a.symbols, &b.model, &b.symbols, Grouping::Function);
+                let by_line = diff(&a.model, &a.symbols, &b.model, &b.symbols, Grouping::Line);
+                CompareStats {
+                    title: "whole traces".into(),
+                    metrics: by_function.metrics,
+                    by_function: by_function.rows,
+                    by_line: by_line.rows,
+                }
+            }
+            Some([ra, rb]) => {
+                let mut keep_going = |_, _| !cancel.is_set();
+                let sa = decoder::range::range_stats(&a.model, &a.symbols, ra.0, ra.1, &mut keep_going).ok()?;
+                let sb = decoder::range::range_stats(&b.model, &b.symbols, rb.0, rb.1, &mut keep_going).ok()?;
+                let d = range_diff(&sa, &sb);
+                CompareStats {
+                    title: "ranges".into(),
+                    metrics: d.metrics,
+                    by_function: d.by_function,
+                    by_line: d.by_line,
+                }
+            }
+        })
+    });
+    c.stats.poll();
+    let Some(s) = c.stats.result_for(&key) else {
+        ui.spinner();
+        return false;
+    };
+    egui::Grid::new("compare-metrics").striped(true).show(ui, |ui| {
+        for h in ["metric", "A", "B", "B/A"] {
+            ui.strong(h);
+        }
+        ui.end_row();
+        for m in &s.metrics {
+            ui.label(m.name);
+            ui.label(format_metric(m.a));
+            ui.label(format_metric(m.b));
+            ui.label(m.ratio().map_or("-".into(), |r| format!("{r:.3}x")));
+            ui.end_row();
+        }
+    });
+    for (title, rows) in [("by function", &s.by_function), ("by line", &s.by_line)] {
+        ui.separator();
+        ui.strong(format!("{title} ({})", s.title));
+        egui::Grid::new(title).striped(true).show(ui, |ui| {
+            for h in ["total A", "total B", "delta", ""] {
+                ui.label(h);
+            }
+            ui.end_row();
+            for row in rows.iter().take(25) {
+                let total = |r: &Option<decoder::tables::AccessRow>| {
+                    r.as_ref().map_or("-".into(), |r| r.total_reads.to_string())
+                };
+                ui.label(total(&row.a));
+                ui.label(total(&row.b));
+                let colour = c32(delta_colour(decoder::compare::normalised_delta(
+                    row.a.as_ref().map_or(0, |r| r.total_reads),
+                    row.b.as_ref().map_or(0, |r| r.total_reads),
+                )));
+                ui.label(egui::RichText::new(format!("{:+}", row.delta_total_reads)).color(colour));
+                ui.label(&row.key);
+                ui.end_row();
+            }
+        });
+    }
+    true
+}
+
+fn format_metric(v: f64) -> String {
+    if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.3}") }
+}
+
+fn help(ctx: &egui::Context, open: &mut bool) {
+    egui::Window::new("Keys").collapsible(false).open(open).show(ctx, |ui| {
+        egui::Grid::new("keys").show(ui, |ui| {
+            for (k, v) in [
+                ("wheel / drag", "zoom / pan the pane under the pointer (the other follows)"),
+                ("W A S D / arrows", "zoom and pan"),
+                ("F / double-click", "fit the frame under the pointer (and its partner)"),
+                ("click a frame", "statistics of the frame and its partner"),
+                ("drag on a ruler", "statistics of a range and its linked range"),
+                ("L", "link or unlink the panes"),
+                ("0", "whole traces"),
+                ("?", "this help"),
+            ] {
+                ui.monospace(k);
+                ui.label(v);
+                ui.end_row();
+            }
+        });
+    });
+}

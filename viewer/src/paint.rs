@@ -1,0 +1,312 @@
+//! Drawing shared by every mode of the window: a view's bitmap picture,
+//! its flamegraph bars, the ruler, tooltips, and turning pointer gestures
+//! into [`ViewCommand`]s. Each takes the rectangle to draw in and the
+//! pane's own data, so one trace or two draw the same way.
+
+use bevy_egui::egui;
+use decoder::calltree::Frame;
+use decoder::raster::MERGED_FRAMES_COLOUR;
+
+use crate::view::{ViewCommand, Viewport};
+use crate::work::{Names, RenderKey, Work};
+
+/// Height of a flamegraph level (points).
+pub const BAR_H: f32 = 17.0;
+
+/// An egui colour from 0..1 RGB.
+pub fn c32(c: [f64; 3]) -> egui::Color32 {
+    let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
+    egui::Color32::from_rgb(q(c[0]), q(c[1]), q(c[2]))
+}
+
+/// A rectangle in pixels, as the UI report gives areas.
+pub fn rect4(r: egui::Rect, ppp: f32) -> [f32; 4] {
+    [r.left() * ppp, r.top() * ppp, r.right() * ppp, r.bottom() * ppp]
+}
+
+/// Short form of a count: 1.2k, 3.4M.
+pub fn short(n: f64) -> String {
+    let a = n.abs();
+    if a >= 1e9 {
+        format!("{:.1}G", n / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1}M", n / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", n / 1e3)
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// The x of column `c` in `rect` under `view`.
+pub fn x_of(view: &Viewport, c: f64, rect: egui::Rect) -> f32 {
+    rect.left() + (view.x_of(c) as f32) * rect.width()
+}
+
+/// The column at `x` in `rect` under `view`.
+pub fn column_at(view: &Viewport, x: f32, rect: egui::Rect) -> f64 {
+    view.column_at(f64::from((x - rect.left()) / rect.width()))
+}
+
+/// Text in the middle of `rect` (no trace yet, nothing to draw).
+pub fn centred_message(painter: &egui::Painter, rect: egui::Rect, text: impl ToString, size: f32) {
+    painter.text(
+        rect.center(),
+        egui::Align2::CENTER_CENTER,
+        text.to_string(),
+        egui::FontId::proportional(size),
+        egui::Color32::LIGHT_GRAY,
+    );
+}
+
+/// The flamegraph's and the bitmap's rectangles beneath `ruler`, down to
+/// `bottom`: the flamegraph gets `depth` levels, at most `share` of the
+/// height (at least 2 levels), the bitmap the rest. Also the levels shown.
+pub fn flame_and_bitmap(ruler: egui::Rect, bottom: f32, depth: u32, share: f32) -> (egui::Rect, egui::Rect, u32) {
+    let room = ((bottom - ruler.bottom()) * share / BAR_H).floor().max(2.0) as u32;
+    let levels = depth.max(1).min(room);
+    let flame = egui::Rect::from_min_size(
+        ruler.left_bottom() + egui::vec2(0.0, 2.0),
+        egui::vec2(ruler.width(), levels as f32 * BAR_H),
+    );
+    let bitmap =
+        egui::Rect::from_min_max(flame.left_bottom() + egui::vec2(0.0, 4.0), egui::pos2(ruler.right(), bottom));
+    (flame, bitmap, levels)
+}
+
+/// The texture of the last picture of a view, kept between frames.
+#[derive(Default)]
+pub struct PictureTexture(Option<(egui::TextureHandle, RenderKey)>);
+
+/// What [`PictureTexture::paint`] put on screen.
+#[derive(Clone, Debug, Default)]
+pub struct PictureShown {
+    /// A picture is on screen.
+    pub drawn: bool,
+    /// It is the picture of `key` (not an older one stretched).
+    pub sharp: bool,
+    /// How long the newest picture took, milliseconds.
+    pub render_ms: f64,
+    /// Why the view cannot be drawn.
+    pub error: Option<String>,
+}
+
+impl PictureTexture {
+    /// Forgets the texture (a new model).
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// Draws the newest picture of `work` into `bitmap`, placed where its
+    /// columns and rows are in `view` now; `key` is the picture the view
+    /// wants.
+    pub fn paint(
+        &mut self,
+        ui: &egui::Ui,
+        name: &str,
+        work: &Work,
+        view: &Viewport,
+        bitmap: egui::Rect,
+        key: &RenderKey,
+    ) -> PictureShown {
+        let mut shown = PictureShown::default();
+        if let Some((k, r)) = work.render.latest() {
+            if self.0.as_ref().is_none_or(|(_, have)| have != k) {
+                let tex = ui.ctx().load_texture(name, r.image.clone(), egui::TextureOptions::NEAREST);
+                self.0 = Some((tex, k.clone()));
+            }
+            shown.render_ms = r.took.as_secs_f64() * 1e3;
+        }
+        let painter = ui.painter_at(bitmap);
+        if let Some((tex, k)) = &self.0 {
+            shown.sharp = k == key;
+            shown.drawn = true;
+            let row_y = |r: f64| bitmap.top() + ((r - view.rows.0) / view.height()) as f32 * bitmap.height();
+            painter.image(
+                tex.id(),
+                egui::Rect::from_min_max(
+                    egui::pos2(x_of(view, k.columns.0, bitmap), row_y(k.rows.0)),
+                    egui::pos2(x_of(view, k.columns.1, bitmap), row_y(k.rows.1)),
+                ),
+                egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+                egui::Color32::WHITE,
+            );
+        }
+        if let Some((_, why)) = work.render.failure() {
+            let text = format!("cannot draw this view: {why}");
+            let galley = painter.layout(
+                text.clone(),
+                egui::FontId::proportional(14.0),
+                egui::Color32::from_rgb(255, 200, 120),
+                bitmap.width() * 0.8,
+            );
+            let at = bitmap.center() - galley.size() / 2.0;
+            painter.rect_filled(
+                egui::Rect::from_min_size(at, galley.size()).expand(8.0),
+                4.0,
+                egui::Color32::from_black_alpha(220),
+            );
+            painter.galley(at, galley, egui::Color32::WHITE);
+            shown.error = Some(text);
+        }
+        shown
+    }
+}
+
+/// A flamegraph bar as drawn: (name, left, right, depth), left and right
+/// in pixels.
+pub type DrawnBar = (String, f32, f32, u32);
+
+/// Draws the flamegraph bars of the newest picture of `work` into `flame`,
+/// levels `scroll..scroll + levels`; `fill` colours a bar (`None`: bars
+/// of several frames merged). Returns the bars drawn and the frame under
+/// `pointer` (an index into the picture's frames).
+#[allow(clippy::too_many_arguments)]
+pub fn paint_flame(
+    ui: &egui::Ui,
+    flame: egui::Rect,
+    view: &Viewport,
+    work: &mut Work,
+    scroll: u32,
+    levels: u32,
+    fill: &dyn Fn(Option<&Frame>, &str) -> egui::Color32,
+    pointer: Option<egui::Pos2>,
+) -> (Vec<DrawnBar>, Option<usize>) {
+    let (mut drawn, mut hovered) = (Vec::new(), None);
+    let Some((k, r)) = work.render.latest() else { return (drawn, hovered) };
+    let painter = ui.painter_at(flame);
+    let bar_x = |x: f64| -> f32 {
+        x_of(view, k.columns.0 + x * (k.columns.1 - k.columns.0) / f64::from(k.size.0.max(1)), flame)
+    };
+    let wanted: Vec<u64> = r.bars.iter().filter_map(|b| b.frame).map(|i| r.frames[i].function).collect();
+    for bar in &r.bars {
+        if bar.depth < scroll || bar.depth >= scroll + levels {
+            continue;
+        }
+        let (x0, x1) = (bar_x(bar.x0), bar_x(bar.x1));
+        if x1 < flame.left() || x0 > flame.right() {
+            continue;
+        }
+        let y0 = flame.top() + (bar.depth - scroll) as f32 * BAR_H;
+        let rect = egui::Rect::from_min_max(egui::pos2(x0, y0), egui::pos2(x1.max(x0 + 1.0), y0 + BAR_H - 1.0));
+        let frame = bar.frame.filter(|_| bar.frames == 1).map(|i| &r.frames[i]);
+        let name = frame.and_then(|f| work.names.get(f.function)).unwrap_or("");
+        painter.rect_filled(rect, 1.0, if frame.is_none() { c32(MERGED_FRAMES_COLOUR) } else { fill(frame, name) });
+        if rect.width() > 28.0 && !name.is_empty() {
+            let chars = ((rect.width() - 6.0) / 6.6) as usize;
+            let label: String = if name.chars().count() <= chars {
+                name.to_string()
+            } else {
+                name.chars().take(chars.saturating_sub(1)).chain(['…']).collect()
+            };
+            painter.text(
+                rect.left_center() + egui::vec2(3.0, 0.0),
+                egui::Align2::LEFT_CENTER,
+                &label,
+                egui::FontId::monospace(11.0),
+                egui::Color32::BLACK,
+            );
+        }
+        drawn.push((name.to_string(), x0, x1, bar.depth));
+        if let (Some(p), Some(i)) = (pointer, bar.frame.filter(|_| bar.frames == 1)) {
+            if rect.contains(p) {
+                hovered = Some(i);
+            }
+        }
+    }
+    work.names.want(wanted);
+    (drawn, hovered)
+}
+
+/// The frame of the newest picture with index `i`.
+pub fn picture_frame(work: &Work, i: usize) -> Option<&Frame> {
+    work.render.latest().and_then(|(_, r)| r.frames.get(i))
+}
+
+/// Drag pans, the wheel zooms at the pointer, Shift+wheel scrolls rows (or,
+/// over the flamegraph, its levels), Ctrl+wheel zooms rows.
+pub fn navigate(
+    ui: &egui::Ui,
+    response: &egui::Response,
+    flame: egui::Rect,
+    bitmap: egui::Rect,
+    pointer: Option<egui::Pos2>,
+) -> Vec<ViewCommand> {
+    let mut commands = Vec::new();
+    if response.dragged() {
+        let d = response.drag_delta();
+        commands.push(ViewCommand::Pan(-f64::from(d.x / bitmap.width())));
+        if d.y.abs() > 0.0 && bitmap.contains(response.interact_pointer_pos().unwrap_or_default()) {
+            commands.push(ViewCommand::ScrollRows(-f64::from(d.y / bitmap.height())));
+        }
+    }
+    let (Some(p), true) = (pointer, response.hovered()) else { return commands };
+    let (scroll, mods) = ui.input(|i| (i.smooth_scroll_delta, i.modifiers));
+    let dy = if scroll.y != 0.0 { scroll.y } else { scroll.x };
+    if dy == 0.0 {
+        return commands;
+    }
+    let factor = (-f64::from(dy) * 0.003).exp();
+    if mods.shift {
+        if flame.contains(p) {
+            commands.push(ViewCommand::ScrollFlame(-f64::from(dy) / 40.0));
+        } else {
+            commands.push(ViewCommand::ScrollRows(-f64::from(dy) / 400.0));
+        }
+    } else if mods.command {
+        commands.push(ViewCommand::ZoomRows { at: f64::from((p.y - bitmap.top()) / bitmap.height()), factor });
+    } else {
+        commands.push(ViewCommand::Zoom { at: f64::from((p.x - bitmap.left()) / bitmap.width()), factor });
+    }
+    commands
+}
+
+/// Draws the ruler: column ticks.
+pub fn draw_ruler(painter: &egui::Painter, ruler: egui::Rect, view: &Viewport) {
+    painter.rect_filled(ruler, 0.0, egui::Color32::from_gray(24));
+    let target = view.width() / f64::from((ruler.width() / 90.0).max(1.0));
+    let magnitude = 10f64.powf(target.max(1.0).log10().floor());
+    let step =
+        [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| *s >= target).unwrap_or(10.0 * magnitude).max(1.0);
+    let mut c = (view.columns.0 / step).ceil() * step;
+    while c < view.columns.1 {
+        let x = x_of(view, c, ruler);
+        painter.line_segment(
+            [egui::pos2(x, ruler.bottom() - 6.0), egui::pos2(x, ruler.bottom())],
+            egui::Stroke::new(1.0, egui::Color32::GRAY),
+        );
+        painter.text(
+            egui::pos2(x + 2.0, ruler.top() + 2.0),
+            egui::Align2::LEFT_TOP,
+            short(c),
+            egui::FontId::proportional(10.0),
+            egui::Color32::GRAY,
+        );
+        c += step;
+    }
+}
+
+/// A tooltip at `pos`: the first line strong, the rest monospace.
+pub fn tooltip(ctx: &egui::Context, pos: egui::Pos2, lines: &[String]) {
+    egui::Area::new(egui::Id::new("tooltip"))
+        .order(egui::Order::Tooltip)
+        .fixed_pos(pos + egui::vec2(14.0, 14.0))
+        .constrain(true)
+        .show(ctx, |ui| {
+            egui::Frame::popup(ui.style()).show(ui, |ui| {
+                ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
+                for (i, line) in lines.iter().enumerate() {
+                    if i == 0 {
+                        ui.strong(line);
+                    } else {
+                        ui.monospace(line);
+                    }
+                }
+            });
+        });
+}
+
+/// A function's name once known: frames are named in the background.
+pub fn frame_label(names: &Names, f: &Frame) -> String {
+    names.get(f.function).map_or_else(|| format!("{:#x}", f.function), str::to_string)
+}
