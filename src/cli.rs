@@ -110,7 +110,9 @@ pub enum Command {
     /// Events and their fields: access (kind pc addr size site; range=1 and
     /// elem, the element size, for a rep-string range), call and tailcall (callsite target sp), return
     /// (sp), alloc (fn size align in out callsite), invocation-start (index
-    /// pc sp), invocation-end (index), invocation-skipped (pc), thread-start
+    /// pc sp), invocation-end (index), invocation-skipped (pc), alloc-detail
+    /// (usable time_ns: the allocator's usable size and the time of the alloc
+    /// before it, from `record --allocations`), thread-start
     /// (parent), thread-exit (status), signal (signo pc addr), stepped
     /// (count), truncated (reason), exec (path, quoted). Lines starting with
     /// `#` are comments (how the file ends, damaged regions).
@@ -252,6 +254,15 @@ pub struct RecordArgs {
     /// Trace at most N invocations of the function.
     #[arg(long, value_name = "N")]
     pub max_invocations: Option<u32>,
+    /// Record the whole program's allocations instead of one function's
+    /// accesses: every malloc/calloc/realloc/free/posix_memalign/
+    /// aligned_alloc/memalign/valloc/pvalloc, C++ operator new/delete and
+    /// mmap/munmap/mremap call of every thread, with arguments, result and
+    /// calling instruction. The program runs natively with an agent
+    /// preloaded (dynamically linked programs only); `report --allocations`
+    /// reads the trace.
+    #[arg(long, conflicts_with_all = ["function", "max_invocations", "view"])]
+    pub allocations: bool,
     /// Open the viewer on the trace when the recording ends.
     #[arg(long)]
     pub view: bool,
@@ -321,6 +332,12 @@ pub struct ReportArgs {
     /// Add a table grouped by this.
     #[arg(long, value_enum)]
     pub by: Option<ReportGrouping>,
+    /// The heap analysis instead: blocks, peak, leaks, waste, size classes,
+    /// fragmentation over time, allocation order per region, and the
+    /// functions that allocated (traces of `record --allocations`, or the
+    /// allocations inside a traced function).
+    #[arg(long, conflicts_with = "by")]
+    pub allocations: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,

@@ -81,6 +81,9 @@ fn fields(rec: &Record, sites: &[Site], strings: &[String]) -> (&'static str, Ve
         }
         Event::InvocationEnd { index } => ("invocation-end", vec![("index", Unsigned(index.into()))]),
         Event::InvocationSkipped { pc } => ("invocation-skipped", vec![("pc", Hex(pc))]),
+        Event::AllocDetail { usable, time_ns } => {
+            ("alloc-detail", vec![("usable", Unsigned(usable)), ("time_ns", Unsigned(time_ns))])
+        }
         Event::ThreadStart { parent } => ("thread-start", vec![("parent", Unsigned(parent.into()))]),
         Event::ThreadExit { status } => ("thread-exit", vec![("status", Signed(status.into()))]),
         Event::Signal { signo, pc, addr } => {

@@ -6,6 +6,7 @@ mod cli;
 mod diff;
 mod dump;
 mod export;
+mod heap;
 mod output;
 mod progress;
 mod record;

@@ -20,6 +20,9 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     let path = args.output.unwrap_or_else(|| output::numbered(Path::new(DEFAULT_OUTPUT)));
     let replace = if args.force { Replace::Anything } else { Replace::TracesOnly };
     let out = PendingOutput::new(&path, &[&program], replace)?;
+    if args.allocations {
+        return record_allocations(program, command.collect(), out, args.quiet);
+    }
     let show_progress = !args.quiet;
     let tty = std::io::stderr().is_terminal();
     let progress: Box<dyn FnMut(&instrument::Progress)> = Box::new(move |p: &instrument::Progress| {
@@ -94,16 +97,64 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     if args.view {
         crate::view::run_viewer(viewer::ViewerOptions::new(final_path.clone()))?;
     }
-    // Interrupted: exit as a shell reports death by that signal (130 for
-    // Ctrl-C), not as the target we had to kill.
+    Ok(exit_code(summary.exit, summary.truncated))
+}
+
+/// linetrace's exit code: the program's, or, when an interrupt cut the
+/// recording, as a shell reports death by that signal (130 for Ctrl-C),
+/// not as the target we had to kill.
+fn exit_code(exit: instrument::TargetExit, truncated: Option<instrument::TruncationReason>) -> ExitCode {
     let interrupted_by = instrument::interrupt::signal();
-    if summary.truncated == Some(instrument::TruncationReason::Interrupted) && interrupted_by > 0 {
-        return Ok(ExitCode::from((128 + interrupted_by) as u8));
+    if truncated == Some(instrument::TruncationReason::Interrupted) && interrupted_by > 0 {
+        return ExitCode::from((128 + interrupted_by) as u8);
     }
-    Ok(match summary.exit {
+    match exit {
         instrument::TargetExit::Code(c) => ExitCode::from(c as u8),
         instrument::TargetExit::Signal(s) => ExitCode::from((128 + s) as u8),
-    })
+    }
+}
+
+/// `record --allocations`: the whole program's allocator calls.
+fn record_allocations(
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    out: PendingOutput,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let result = instrument::record_allocations(instrument::AllocationOptions {
+        program,
+        args,
+        output: out.partial().to_path_buf(),
+    });
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            out.abandon();
+            return Err(e.into());
+        }
+    };
+    let final_path = out.path().to_path_buf();
+    out.commit()?;
+    if summary.dropped > 0 {
+        eprintln!(
+            "linetrace: warning: {} allocator calls were not recorded (the agent's log was full)",
+            summary.dropped
+        );
+    }
+    if summary.missing > 0 {
+        eprintln!("linetrace: {} allocator calls were cut short by the program's end and are missing", summary.missing);
+    }
+    if !quiet {
+        eprintln!(
+            "linetrace: recorded {} allocator calls on {} thread(s) in {:.2} s -> {} ({} bytes)",
+            summary.events,
+            summary.threads,
+            summary.run_time.as_secs_f64(),
+            final_path.display(),
+            summary.trace_bytes
+        );
+    }
+    Ok(exit_code(summary.exit, summary.truncated))
 }
 
 /// "9 invocations on 3 other threads were not traced ...", if any were.

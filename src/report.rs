@@ -60,6 +60,9 @@ struct DamageRow {
 pub fn report(args: ReportArgs) -> Result<()> {
     let model = decode(&args.file, &args.decode)?;
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
+    if args.allocations {
+        return crate::heap::report(&args.file, &model, &symbols, args.json, args.limit);
+    }
     let (mut by_function, mut by_line, mut by_allocation) = (None, None, None);
     match args.by {
         Some(ReportGrouping::Function) => by_function = Some(access_table(&model, &symbols, Grouping::Function)),

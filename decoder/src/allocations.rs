@@ -22,6 +22,15 @@ pub struct AllocationRecord {
     pub alloc_column: u64,
     /// Column at which it was freed (None: still live at the end).
     pub free_column: Option<u64>,
+    /// Allocation event that created it: events (allocations, frees,
+    /// mappings) are numbered from 0 in trace order, the time axis of the
+    /// heap analysis ([`crate::heap`]).
+    pub alloc_event: u64,
+    /// Allocation event that freed it.
+    pub free_event: Option<u64>,
+    /// The allocator's usable size (`malloc_usable_size`; 0: not recorded,
+    /// as by the ptrace backend).
+    pub usable: u64,
     /// Thread that created it.
     pub thread: u32,
     /// Reads that fell into it.
@@ -113,6 +122,9 @@ mod tests {
             callsite: 0,
             alloc_column: alloc,
             free_column: free,
+            alloc_event: alloc,
+            free_event: free,
+            usable: 0,
             thread: 1,
             reads: 0,
             writes: 0,

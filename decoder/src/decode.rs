@@ -360,6 +360,10 @@ struct EventStage {
     site_counts: Vec<SiteCounts>,
     metrics: Metrics,
     allocations: Vec<AllocationRecord>,
+    /// Allocation events so far (the heap analysis's clock).
+    alloc_events: u64,
+    /// The record the last allocation event created (its details follow).
+    last_created: Option<usize>,
     /// Live blocks by start address -> index in `allocations`.
     live: BTreeMap<u64, usize>,
     last_block: Option<usize>,
@@ -385,6 +389,8 @@ impl EventStage {
             site_counts: Vec::new(),
             metrics: Metrics::default(),
             allocations: Vec::new(),
+            alloc_events: 0,
+            last_created: None,
             live: BTreeMap::new(),
             last_block: None,
             snapshots: Vec::new(),
@@ -436,6 +442,11 @@ impl EventStage {
                 Event::Alloc(a) => {
                     totals.allocations += 1;
                     self.allocation(thread, &a);
+                }
+                Event::AllocDetail { usable, .. } => {
+                    if let Some(r) = self.last_created.take().and_then(|i| self.allocations.get_mut(i)) {
+                        r.usable = usable;
+                    }
                 }
                 Event::Stepped { count } => totals.instructions += count,
                 Event::Signal { .. } => totals.signals += 1,
@@ -556,6 +567,9 @@ impl EventStage {
     }
 
     fn allocation(&mut self, thread: u32, a: &trace_rt::format::Allocation) {
+        let event = self.alloc_events;
+        self.alloc_events += 1;
+        self.last_created = None;
         let release = |this: &mut Self, ptr: u64| {
             if ptr == 0 {
                 return;
@@ -563,6 +577,7 @@ impl EventStage {
             match this.live.remove(&ptr) {
                 Some(i) => {
                     this.allocations[i].free_column = Some(this.column);
+                    this.allocations[i].free_event = Some(event);
                     this.set.send(SetOp::Free { start: ptr });
                 }
                 None => this.metrics.foreign_frees += 1,
@@ -589,15 +604,20 @@ impl EventStage {
             callsite: a.callsite,
             alloc_column: self.column,
             free_column: None,
+            alloc_event: event,
+            free_event: None,
+            usable: 0,
             thread,
             reads: 0,
             writes: 0,
         };
         self.set.send(SetOp::Alloc { start: record.address, end: record.end() });
+        self.last_created = Some(index);
         self.allocations.push(record);
         if let Some(old) = self.live.insert(a.ptr_out, index) {
             // Reused without a recorded free (freed natively elsewhere).
             self.allocations[old].free_column = Some(self.column);
+            self.allocations[old].free_event = Some(event);
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod cursor;
 mod decode;
 pub mod diff;
 mod error;
+pub mod heap;
 pub mod inspect;
 pub mod lines;
 pub mod model;

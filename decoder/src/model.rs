@@ -58,7 +58,8 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// Version of this contract; bumped when a field changes meaning.
 /// 2: the bitmap summary, the allocation index, damage and exec, cursors.
 /// 3: the cache simulation (per-site misses, per-column miss flags).
-pub const MODEL_VERSION: u32 = 3;
+/// 4: allocation event numbers on allocation records (the heap analysis).
+pub const MODEL_VERSION: u32 = 4;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.

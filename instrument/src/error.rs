@@ -63,6 +63,15 @@ pub enum InstrumentError {
     /// Writing the trace failed.
     #[error("writing the trace")]
     Trace(#[from] trace_rt::format::FormatError),
+    /// linetrace was built without a C compiler: no allocation agent.
+    #[error("this linetrace was built without a C compiler, so it has no allocation agent (install gcc and rebuild)")]
+    AgentUnavailable,
+    /// A static program cannot preload the allocation agent.
+    #[error("{0} is statically linked: --allocations needs a dynamically linked program (the agent is preloaded)")]
+    StaticProgram(PathBuf),
+    /// The agent's log could not be read.
+    #[error(transparent)]
+    AgentLog(#[from] trace_rt::agent::AgentLogError),
 }
 
 /// Adapter for `map_err` on system calls.

@@ -36,6 +36,7 @@
 //! # Ok::<(), instrument::InstrumentError>(())
 //! ```
 
+pub mod allocations;
 mod decode;
 pub mod entry;
 mod error;
@@ -51,6 +52,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use allocations::{AllocationOptions, AllocationSummary, record_allocations};
 pub use error::InstrumentError;
 pub use trace_rt::format::{TargetExit, TruncationReason};
 

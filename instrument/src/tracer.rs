@@ -322,7 +322,7 @@ fn load_modules(pid: Tid) -> Result<Vec<LoadedModule>, InstrumentError> {
 }
 
 /// Finds the executable the way `execvp` would.
-fn resolve_program(program: &Path) -> Result<PathBuf, InstrumentError> {
+pub(crate) fn resolve_program(program: &Path) -> Result<PathBuf, InstrumentError> {
     let not_found = || InstrumentError::Spawn {
         program: program.display().to_string(),
         cause: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file (or not in PATH)"),

@@ -57,8 +57,15 @@ pub fn rust_example(name: &str) -> PathBuf {
 
 /// Runs `linetrace record -f FUNCTION -o TRACE -- PROGRAM ARGS`.
 pub fn record(program: &Path, function: &str, args: &[&str], trace: &Path) -> Output {
+    record_with(&["-f", function], program, args, trace)
+}
+
+/// Runs `linetrace record --quiet FLAGS -o TRACE -- PROGRAM ARGS`.
+pub fn record_with(flags: &[&str], program: &Path, args: &[&str], trace: &Path) -> Output {
     linetrace()
-        .args(["record", "--quiet", "-f", function, "-o"])
+        .args(["record", "--quiet"])
+        .args(flags)
+        .arg("-o")
         .arg(trace)
         .arg("--")
         .arg(program)

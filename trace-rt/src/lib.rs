@@ -4,7 +4,9 @@
 //! recorders write it, the decoder reads it. It lives here, in the crate that
 //! will also be loaded *into* the traced process by the binary rewriter, so it
 //! must stay light: serde, zstd and a checksum, nothing that symbolizes,
-//! decodes instructions or draws.
+//! decodes instructions or draws. The allocation agent ([`agent`]) is the
+//! runtime that lives in the traced process today: a preloaded library
+//! recording allocator calls.
 //!
 //! ```
 //! use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceReader, TraceWriter, Trailer};
@@ -22,4 +24,5 @@
 //! # Ok::<(), trace_rt::format::FormatError>(())
 //! ```
 
+pub mod agent;
 pub mod format;

@@ -20,6 +20,8 @@ const TAG_EXEC: u8 = 14;
 /// `kind:varint len:varint byte*`: skipped by readers that do not know `kind`.
 const TAG_EXTENSION: u8 = 15;
 const TAG_INVOCATION_SKIPPED: u8 = 16;
+/// Extension kind of [`Event::AllocDetail`].
+const EXT_ALLOC_DETAIL: u64 = 1;
 
 /// Per-site "previous address" state that restarts with every chunk.
 ///
@@ -189,6 +191,15 @@ impl ChunkEncoder {
                 b.push(TAG_INVOCATION_SKIPPED);
                 put_u64(b, pc);
             }
+            Event::AllocDetail { usable, time_ns } => {
+                let mut body = Vec::new();
+                put_u64(&mut body, usable);
+                put_u64(&mut body, time_ns);
+                b.push(TAG_EXTENSION);
+                put_u64(b, EXT_ALLOC_DETAIL);
+                put_u64(b, body.len() as u64);
+                b.extend_from_slice(&body);
+            }
         }
     }
 }
@@ -284,11 +295,16 @@ impl ChunkDecoder {
             TAG_EXEC => Event::Exec { path: c.u32().ok_or(CUT)? },
             TAG_INVOCATION_SKIPPED => Event::InvocationSkipped { pc: c.u64().ok_or(CUT)? },
             TAG_EXTENSION => {
-                // No extension kinds are defined yet: every one is skipped.
-                let _kind = c.u64().ok_or(CUT)?;
+                let kind = c.u64().ok_or(CUT)?;
                 let len = c.u64().ok_or(CUT)?;
-                c.skip(len).ok_or(CUT)?;
-                return Ok(None);
+                if kind == EXT_ALLOC_DETAIL {
+                    let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
+                    Event::AllocDetail { usable: body.u64().ok_or(CUT)?, time_ns: body.u64().ok_or(CUT)? }
+                } else {
+                    // A kind added after this reader: skipped.
+                    c.skip(len).ok_or(CUT)?;
+                    return Ok(None);
+                }
             }
             _ => return Err("unknown event tag"),
         };

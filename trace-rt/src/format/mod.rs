@@ -53,7 +53,8 @@
 //!
 //! v2 reserves the tag `Extension` (`tag kind:varint len:varint byte*`) for
 //! events added later: a reader skips extension kinds it does not know, so
-//! new kinds of events need no new version.
+//! new kinds of events need no new version. Kind 1 is
+//! [`Event::AllocDetail`] (`usable:varint time_ns:varint`).
 //!
 //! # Robustness
 //!
@@ -136,7 +137,7 @@ pub enum ChunkKind {
 }
 
 impl ChunkKind {
-    fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             1 => ChunkKind::Metadata,
             2 => ChunkKind::Modules,
@@ -249,7 +250,7 @@ impl AccessKind {
         matches!(self, AccessKind::Write | AccessKind::Modify)
     }
 
-    fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => AccessKind::Read,
             1 => AccessKind::Write,
@@ -343,7 +344,7 @@ impl AllocKind {
         }
     }
 
-    fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         Self::ALL.get(usize::from(v)).copied()
     }
 }
@@ -378,7 +379,7 @@ pub enum TruncationReason {
 }
 
 impl TruncationReason {
-    fn from_u8(v: u8) -> Option<Self> {
+    pub(crate) fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => TruncationReason::Interrupted,
             1 => TruncationReason::TargetKilled,
@@ -489,6 +490,14 @@ pub enum Event {
     InvocationSkipped {
         /// Entry address of the function.
         pc: u64,
+    },
+    /// What the allocator made of the [`Event::Alloc`] just before it on
+    /// the same thread (extension kind 1: older readers skip it).
+    AllocDetail {
+        /// `malloc_usable_size` of the result (0: unknown, or a mapping).
+        usable: u64,
+        /// When the call returned, CLOCK_MONOTONIC nanoseconds.
+        time_ns: u64,
     },
 }
 

@@ -49,6 +49,13 @@ impl<'a> Cursor<'a> {
         Some(())
     }
 
+    /// Takes the next `n` bytes; `None` if fewer are left.
+    pub fn take(&mut self, n: u64) -> Option<&'a [u8]> {
+        let start = self.pos;
+        self.skip(n)?;
+        self.bytes.get(start..self.pos)
+    }
+
     /// Reads one raw byte.
     #[inline]
     pub fn u8(&mut self) -> Option<u8> {

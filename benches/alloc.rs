@@ -1,0 +1,92 @@
+#![allow(missing_docs)]
+//! Whole-program allocation recording against its peers, in one run.
+//!
+//! `cargo bench --bench alloc` builds `examples/c/heap_mix.c` and runs it
+//! (2M rounds, about 1.4M allocator calls; `LINETRACE_BENCH_ROUNDS=N`
+//! changes that) natively, under `linetrace record --allocations`, under
+//! `heaptrack` and under `valgrind --tool=dhat`, alternately, several
+//! times, and prints the median wall time of each and its ratio to native
+//! (the machine is noisy: compare ratios). For linetrace it also prints
+//! the program's own run time under the agent (the rest is turning the
+//! agent's log into the trace) and allocator calls recorded per second.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 3;
+
+fn timed(cmd: &mut Command) -> Option<(Duration, String)> {
+    let start = Instant::now();
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().ok()?;
+    let took = start.elapsed();
+    out.status.success().then(|| (took, String::from_utf8_lossy(&out.stderr).into_owned()))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin = dir.path().join("heap_mix");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/heap_mix.c");
+    let built = Command::new("gcc").args(["-O2", "-g", "-pthread"]).arg(&src).arg("-o").arg(&bin).status();
+    assert!(built.is_ok_and(|s| s.success()), "gcc failed on {}", src.display());
+    let rounds = std::env::var("LINETRACE_BENCH_ROUNDS").unwrap_or_else(|_| "2000000".into());
+    let linetrace = env!("CARGO_BIN_EXE_linetrace");
+    let trace = dir.path().join("heap_mix.lntrace");
+    let heaptrack_out = dir.path().join("heaptrack");
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    let mut run_times = Vec::new();
+    let mut calls = 0u64;
+    for _ in 0..ROUNDS {
+        if let Some((t, _)) = timed(Command::new(&bin).arg(&rounds)) {
+            times[0].push(t);
+        }
+        let mut record = Command::new(linetrace);
+        record.args(["record", "--force", "--allocations", "-o"]).arg(&trace).arg("--").arg(&bin).arg(&rounds);
+        if let Some((t, err)) = timed(&mut record) {
+            times[1].push(t);
+            // "recorded N allocator calls on T thread(s) in S s"
+            let words: Vec<&str> = err.split_whitespace().collect();
+            if let Some(i) = words.iter().position(|w| *w == "recorded") {
+                calls = words.get(i + 1).and_then(|w| w.parse().ok()).unwrap_or(0);
+            }
+            if let Some(i) = words.iter().position(|w| *w == "in") {
+                if let Some(s) = words.get(i + 1).and_then(|w| w.parse::<f64>().ok()) {
+                    run_times.push(Duration::from_secs_f64(s));
+                }
+            }
+        }
+        if let Some((t, _)) = timed(Command::new("heaptrack").arg("-o").arg(&heaptrack_out).arg(&bin).arg(&rounds)) {
+            times[2].push(t);
+        }
+        let mut dhat = Command::new("valgrind");
+        dhat.args(["--tool=dhat", "--dhat-out-file=/dev/null"]).arg(&bin).arg(&rounds);
+        if let Some((t, _)) = timed(&mut dhat) {
+            times[3].push(t);
+        }
+    }
+    let native = median(times[0].clone()).as_secs_f64();
+    println!("heap_mix {rounds} rounds, {calls} allocator calls; median of {ROUNDS} runs");
+    for (name, t) in
+        ["native", "linetrace record --allocations", "heaptrack", "valgrind --tool=dhat"].iter().zip(&times)
+    {
+        if t.is_empty() {
+            println!("{name:<32} not run (missing?)");
+            continue;
+        }
+        let s = median(t.clone()).as_secs_f64();
+        println!("{name:<32} {s:>7.3} s  {:>6.2}x native", s / native);
+    }
+    if !run_times.is_empty() {
+        let run = median(run_times).as_secs_f64();
+        println!(
+            "  the program under the agent     {run:>7.3} s  {:>6.2}x native, {:.1}M calls/s recorded",
+            run / native,
+            calls as f64 / run / 1e6
+        );
+    }
+}

@@ -1,0 +1,507 @@
+//! The heap of a recording: how full, how wasted and how fragmented it
+//! was, when, and which functions made it so (`report --allocations`).
+//!
+//! Time is the allocation-event number ([`AllocationRecord::alloc_event`]):
+//! every allocator call is one tick, whatever the thread. Rules:
+//! - **Heap blocks** are those of the malloc family and operator new;
+//!   mappings (the program's own mmap) are counted apart.
+//! - **Live bytes** are requested bytes of live blocks, as valgrind's DHAT
+//!   counts them; the **peak** is the first event at which they are
+//!   highest. A realloc that moved a block holds both blocks for an
+//!   instant (new before old is freed, as the allocator does), one that
+//!   grew in place only changes the size.
+//! - **Waste** is usable minus requested bytes, where the recorder knew the
+//!   usable size (`record --allocations`).
+//! - **Size classes** are glibc's defaults on x86-64, by request: fast
+//!   (chunks up to 128 bytes: requests up to 120), small (chunks below
+//!   1 KiB: requests up to 1000), large, and mmapped (128 KiB and more, the default mmap
+//!   threshold). The tcache holds chunks up to 1032 bytes of the first two.
+//! - **Regions** are runs of live blocks no more than [`REGION_GAP`] apart
+//!   (the brk heap, each arena, each mmapped block); **free gaps** are
+//!   holes of more than [`MIN_GAP`] bytes between neighbouring live blocks
+//!   of a region (smaller ones are chunk headers and alignment).
+//! - **Allocation order** of a region: of consecutive allocations that
+//!   landed in it, how many went to a higher address, how many lower.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use trace_rt::format::AllocKind;
+
+use crate::allocations::AllocationRecord;
+use crate::model::Model;
+use crate::symbols::Symbolizer;
+
+/// Blocks further apart than this are in different regions.
+pub const REGION_GAP: u64 = 1 << 20;
+/// Holes up to this size between blocks are headers and alignment.
+pub const MIN_GAP: u64 = 32;
+/// Points of the timeline (besides the peak).
+pub const TIMELINE_POINTS: u64 = 48;
+
+/// Live bytes and blocks at one event.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Live {
+    /// The event (after it).
+    pub event: u64,
+    /// Requested bytes of live blocks.
+    pub bytes: u64,
+    /// Live blocks.
+    pub blocks: u64,
+}
+
+/// The heap at one point of the timeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HeapSample {
+    /// Live blocks and bytes.
+    pub live: Live,
+    /// Regions holding them.
+    pub regions: u64,
+    /// Free gaps between them.
+    pub gaps: u64,
+    /// Bytes in the gaps.
+    pub gap_bytes: u64,
+    /// The largest gap.
+    pub largest_gap: u64,
+    /// Bytes the regions span, first block to last.
+    pub span_bytes: u64,
+}
+
+/// A size class.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SizeClassRow {
+    /// Its name.
+    pub class: &'static str,
+    /// Blocks allocated in it.
+    pub blocks: u64,
+    /// Bytes requested.
+    pub bytes: u64,
+    /// Usable minus requested bytes, of blocks whose usable size is known.
+    pub waste: u64,
+}
+
+/// What a function allocated (by the call instruction's function).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct SiteRow {
+    /// The allocating function, and the line of its first allocating call.
+    pub function: String,
+    /// Where.
+    pub line: String,
+    /// Blocks.
+    pub blocks: u64,
+    /// Requested bytes.
+    pub bytes: u64,
+}
+
+/// A region and the order allocations filled it in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RegionRow {
+    /// First address of any block in it.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// Blocks allocated in it.
+    pub blocks: u64,
+    /// Allocations at a higher address than the region's previous one.
+    pub ascending: u64,
+    /// At a lower address.
+    pub descending: u64,
+}
+
+/// The heap analysis.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HeapReport {
+    /// Allocation events (calls).
+    pub events: u64,
+    /// Heap blocks allocated.
+    pub blocks: u64,
+    /// Bytes requested for them.
+    pub bytes: u64,
+    /// Heap blocks freed.
+    pub frees: u64,
+    /// Reallocs that kept their block's address.
+    pub reallocs_in_place: u64,
+    /// Reallocs that moved it.
+    pub reallocs_moved: u64,
+    /// The program's own mappings.
+    pub mappings: u64,
+    /// Their bytes.
+    pub mapped_bytes: u64,
+    /// Most live bytes (the first event they were reached).
+    pub peak: Live,
+    /// Live at the end: leaks, if the program was done.
+    pub at_end: Live,
+    /// Usable minus requested bytes, of all blocks whose usable size is known.
+    pub waste: u64,
+    /// Blocks whose usable size is known.
+    pub usable_known: u64,
+    /// By size class.
+    pub size_classes: Vec<SizeClassRow>,
+    /// Sampled over the run (and at the peak).
+    pub timeline: Vec<HeapSample>,
+    /// Regions of the whole run, with their allocation order.
+    pub regions: Vec<RegionRow>,
+    /// Allocating functions, most blocks first.
+    pub top_by_count: Vec<SiteRow>,
+    /// Most bytes first.
+    pub top_by_bytes: Vec<SiteRow>,
+    /// Blocks live at the end, by allocating function, most bytes first.
+    pub leaks: Vec<SiteRow>,
+}
+
+/// Whether a record is a heap block (not a mapping).
+pub fn is_heap_block(r: &AllocationRecord) -> bool {
+    !matches!(r.kind, AllocKind::Mmap | AllocKind::Munmap)
+}
+
+/// glibc's size class of a request (x86-64 defaults).
+pub fn size_class(size: u64) -> &'static str {
+    let chunk = (size.saturating_add(8 + 15) & !15).max(32);
+    if size >= 128 << 10 {
+        "mmapped (>= 128 KiB)"
+    } else if chunk <= 128 {
+        "fast (<= 120 B)"
+    } else if chunk < 1024 {
+        "small (121 B .. 1000 B)"
+    } else {
+        "large (1001 B .. 128 KiB)"
+    }
+}
+
+/// The bytes a block occupies for fragmentation: its usable size when
+/// known, else its request.
+fn extent(r: &AllocationRecord) -> (u64, u64) {
+    (r.address, r.address.saturating_add(r.usable.max(r.size).max(1)))
+}
+
+/// Analyses the allocations of `model`.
+pub fn analyse(model: &Model, symbols: &Symbolizer) -> HeapReport {
+    analyse_records(&model.allocations, model.total.allocations, symbols)
+}
+
+/// Analyses allocation records of a run of `events` allocation events.
+pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symbolizer) -> HeapReport {
+    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
+    let mut report = HeapReport {
+        events,
+        blocks: heap.len() as u64,
+        bytes: heap.iter().map(|r| r.size).sum(),
+        frees: heap.iter().filter(|r| r.free_event.is_some()).count() as u64,
+        mappings: (records.len() - heap.len()) as u64,
+        mapped_bytes: records.iter().filter(|r| !is_heap_block(r)).map(|r| r.size).sum(),
+        ..HeapReport::default()
+    };
+    for r in &heap {
+        if r.usable > 0 {
+            report.usable_known += 1;
+            report.waste += r.usable.saturating_sub(r.size);
+        }
+    }
+
+    // A realloc's old block is the one freed by the same event.
+    let freed_by: HashMap<u64, &AllocationRecord> = heap.iter().filter_map(|r| Some((r.free_event?, *r))).collect();
+    let in_place: Vec<bool> = heap
+        .iter()
+        .map(|r| {
+            r.kind == AllocKind::Realloc && freed_by.get(&r.alloc_event).is_some_and(|old| old.address == r.address)
+        })
+        .collect();
+    for (r, &same) in heap.iter().zip(&in_place) {
+        if r.kind == AllocKind::Realloc && freed_by.contains_key(&r.alloc_event) {
+            if same {
+                report.reallocs_in_place += 1;
+            } else {
+                report.reallocs_moved += 1;
+            }
+        }
+    }
+
+    // Changes in event order: at one event, a moved realloc's new block
+    // comes before the old one's free, an in-place one's after.
+    #[derive(Clone, Copy)]
+    struct Change<'r> {
+        event: u64,
+        order: u8,
+        record: &'r AllocationRecord,
+        alloc: bool,
+    }
+    let mut changes: Vec<Change> = Vec::with_capacity(heap.len() * 2);
+    for (r, &same) in heap.iter().zip(&in_place) {
+        changes.push(Change { event: r.alloc_event, order: if same { 2 } else { 0 }, record: r, alloc: true });
+        if let Some(e) = r.free_event {
+            changes.push(Change { event: e, order: 1, record: r, alloc: false });
+        }
+    }
+    changes.sort_by_key(|c| (c.event, c.order));
+
+    let events = report.events.max(1);
+    let step = events.div_ceil(TIMELINE_POINTS).max(1);
+    let mut live = Live::default();
+    let mut blocks: BTreeMap<u64, (u64, u64)> = BTreeMap::new(); // address -> (end, count)
+    let mut peak_blocks: Option<BTreeMap<u64, (u64, u64)>> = None;
+    let mut next_sample = 0u64;
+    let mut i = 0;
+    while i < changes.len() {
+        let event = changes[i].event;
+        while next_sample < event {
+            report.timeline.push(sample(&blocks, Live { event: next_sample, ..live }));
+            next_sample += step;
+        }
+        while i < changes.len() && changes[i].event == event {
+            let c = changes[i];
+            let (lo, hi) = extent(c.record);
+            if c.alloc {
+                live.bytes += c.record.size;
+                live.blocks += 1;
+                let e = blocks.entry(lo).or_insert((hi, 0));
+                e.0 = e.0.max(hi);
+                e.1 += 1;
+                if live.bytes > report.peak.bytes {
+                    report.peak = Live { event, ..live };
+                    peak_blocks = None;
+                }
+            } else {
+                live.bytes -= c.record.size.min(live.bytes);
+                live.blocks = live.blocks.saturating_sub(1);
+                if let Some(e) = blocks.get_mut(&lo) {
+                    e.1 -= 1;
+                    if e.1 == 0 {
+                        blocks.remove(&lo);
+                    }
+                }
+            }
+            i += 1;
+            if report.peak.event == event && report.peak.bytes == live.bytes && peak_blocks.is_none() {
+                peak_blocks = Some(blocks.clone());
+            }
+        }
+    }
+    while next_sample < events {
+        report.timeline.push(sample(&blocks, Live { event: next_sample, ..live }));
+        next_sample += step;
+    }
+    report.at_end = Live { event: events, ..live };
+    if let Some(at_peak) = peak_blocks {
+        let s = sample(&at_peak, report.peak);
+        let at = report.timeline.partition_point(|x| x.live.event <= report.peak.event);
+        report.timeline.insert(at, s);
+    }
+
+    report.size_classes = size_classes(&heap);
+    report.regions = regions(&heap);
+    let by = |rows: &[&AllocationRecord]| sites(rows, symbols);
+    let mut rows = by(&heap);
+    rows.sort_by(|a, b| b.blocks.cmp(&a.blocks).then(b.bytes.cmp(&a.bytes)).then(a.function.cmp(&b.function)));
+    report.top_by_count = rows.iter().take(20).cloned().collect();
+    rows.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(b.blocks.cmp(&a.blocks)).then(a.function.cmp(&b.function)));
+    report.top_by_bytes = rows.into_iter().take(20).collect();
+    let leaked: Vec<&AllocationRecord> = heap.iter().copied().filter(|r| r.free_event.is_none()).collect();
+    let mut leaks = by(&leaked);
+    leaks.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.function.cmp(&b.function)));
+    report.leaks = leaks;
+    report
+}
+
+/// The heap at one point: regions and gaps of the live blocks.
+fn sample(blocks: &BTreeMap<u64, (u64, u64)>, live: Live) -> HeapSample {
+    let mut s = HeapSample { live, ..HeapSample::default() };
+    let mut region: Option<(u64, u64)> = None; // (start, end so far)
+    for (&lo, &(hi, _)) in blocks {
+        match region {
+            Some((start, end)) if lo <= end.saturating_add(REGION_GAP) => {
+                if lo > end.saturating_add(MIN_GAP) {
+                    s.gaps += 1;
+                    s.gap_bytes += lo - end;
+                    s.largest_gap = s.largest_gap.max(lo - end);
+                }
+                region = Some((start, end.max(hi)));
+            }
+            _ => {
+                if let Some((start, end)) = region {
+                    s.span_bytes += end - start;
+                }
+                s.regions += 1;
+                region = Some((lo, hi));
+            }
+        }
+    }
+    if let Some((start, end)) = region {
+        s.span_bytes += end - start;
+    }
+    s
+}
+
+fn size_classes(heap: &[&AllocationRecord]) -> Vec<SizeClassRow> {
+    let mut rows: Vec<SizeClassRow> = Vec::new();
+    for r in heap {
+        let class = size_class(r.size);
+        let row = match rows.iter().position(|x| x.class == class) {
+            Some(i) => &mut rows[i],
+            None => {
+                rows.push(SizeClassRow { class, ..SizeClassRow::default() });
+                rows.last_mut().expect("just pushed")
+            }
+        };
+        row.blocks += 1;
+        row.bytes += r.size;
+        if r.usable > 0 {
+            row.waste += r.usable.saturating_sub(r.size);
+        }
+    }
+    rows.sort_by_key(|r| ["fast", "small", "large", "mmapped"].iter().position(|p| r.class.starts_with(p)));
+    rows
+}
+
+/// Regions of every block of the run, and the order they were filled in.
+fn regions(heap: &[&AllocationRecord]) -> Vec<RegionRow> {
+    let mut spans: Vec<(u64, u64)> = heap.iter().map(|r| extent(r)).collect();
+    spans.sort_unstable();
+    let mut rows: Vec<RegionRow> = Vec::new();
+    for (lo, hi) in spans {
+        match rows.last_mut() {
+            Some(r) if lo <= r.end.saturating_add(REGION_GAP) => r.end = r.end.max(hi),
+            _ => rows.push(RegionRow { start: lo, end: hi, ..RegionRow::default() }),
+        }
+    }
+    let mut last: Vec<Option<u64>> = vec![None; rows.len()];
+    let mut by_event: Vec<&&AllocationRecord> = heap.iter().collect();
+    by_event.sort_by_key(|r| r.alloc_event);
+    for r in by_event {
+        let i = rows.partition_point(|x| x.end <= r.address).min(rows.len().saturating_sub(1));
+        let Some(row) = rows.get_mut(i) else { continue };
+        row.blocks += 1;
+        match last[i] {
+            Some(prev) if r.address > prev => row.ascending += 1,
+            Some(prev) if r.address < prev => row.descending += 1,
+            _ => {}
+        }
+        last[i] = Some(r.address);
+    }
+    rows
+}
+
+/// Blocks and bytes by allocating function.
+fn sites(records: &[&AllocationRecord], symbols: &Symbolizer) -> Vec<SiteRow> {
+    let mut rows: HashMap<String, SiteRow> = HashMap::new();
+    for r in records {
+        let at = symbols.locate(r.callsite);
+        let row = rows.entry(at.function.clone()).or_insert_with(|| SiteRow {
+            function: at.function.clone(),
+            line: at.file_line(),
+            ..SiteRow::default()
+        });
+        row.blocks += 1;
+        row.bytes += r.size;
+    }
+    rows.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(kind: AllocKind, address: u64, size: u64, alloc: u64, free: Option<u64>) -> AllocationRecord {
+        AllocationRecord {
+            kind,
+            address,
+            size,
+            align: 0,
+            callsite: 0,
+            alloc_column: 0,
+            free_column: None,
+            thread: 1,
+            reads: 0,
+            writes: 0,
+            alloc_event: alloc,
+            free_event: free,
+            usable: 0,
+        }
+    }
+
+    fn changes(records: Vec<AllocationRecord>, events: u64) -> HeapReport {
+        analyse_records(&records, events, &Symbolizer::new(&[]))
+    }
+
+    /// Live bytes after every event, by brute force: the reference the
+    /// sweep is checked against.
+    fn reference_peak(records: &[AllocationRecord], events: u64) -> Live {
+        let mut best = Live::default();
+        for e in 0..events {
+            for phase in 0..3u8 {
+                let live: Vec<&AllocationRecord> = records
+                    .iter()
+                    .filter(|r| is_heap_block(r))
+                    .filter(|r| {
+                        let born = r.alloc_event < e
+                            || r.alloc_event == e && {
+                                let in_place =
+                                    records.iter().any(|o| o.free_event == Some(e) && o.address == r.address);
+                                phase >= if in_place { 2 } else { 0 }
+                            };
+                        let dead = r.free_event.is_some_and(|f| f < e || f == e && phase >= 1);
+                        born && !dead
+                    })
+                    .collect();
+                let bytes = live.iter().map(|r| r.size).sum();
+                if bytes > best.bytes {
+                    best = Live { event: e, bytes, blocks: live.len() as u64 };
+                }
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn the_peak_counts_a_moved_realloc_twice_for_an_instant() {
+        use AllocKind::*;
+        // 0 malloc A(100); 1 malloc B(50); 2 realloc A -> C(300) moved; 3 free B;
+        // 4 realloc C -> C(400) in place; 5 free C; 6 mmap (not heap).
+        let records = vec![
+            block(Malloc, 0x1000, 100, 0, Some(2)),
+            block(Malloc, 0x2000, 50, 1, Some(3)),
+            block(Realloc, 0x3000, 300, 2, Some(4)),
+            block(Realloc, 0x3000, 400, 4, Some(5)),
+            block(Mmap, 0x7000_0000, 8192, 6, None),
+        ];
+        let r = changes(records.clone(), 7);
+        assert_eq!(r.peak, Live { event: 2, bytes: 450, blocks: 3 }, "A, B and A's moved copy");
+        assert_eq!(r.peak, reference_peak(&records, 7));
+        assert_eq!((r.reallocs_moved, r.reallocs_in_place), (1, 1));
+        assert_eq!((r.blocks, r.bytes, r.frees, r.mappings), (4, 850, 4, 1));
+        assert_eq!(r.at_end, Live { event: 7, bytes: 0, blocks: 0 });
+        // Moved realloc of the biggest block: old + new for an instant.
+        let records = vec![block(Malloc, 0x1000, 100, 0, Some(1)), block(Realloc, 0x9000, 120, 1, None)];
+        let r = changes(records.clone(), 2);
+        assert_eq!(r.peak, Live { event: 1, bytes: 220, blocks: 2 });
+        assert_eq!(r.peak, reference_peak(&records, 2));
+    }
+
+    #[test]
+    fn gaps_regions_and_order() {
+        use AllocKind::*;
+        // Three blocks of 64 at 0x1000, 0x1040, 0x1100 (a 0x80 hole), one far away.
+        let records = vec![
+            block(Malloc, 0x1100, 64, 0, None),
+            block(Malloc, 0x1040, 64, 1, None),
+            block(Malloc, 0x1000, 64, 2, None),
+            block(Malloc, 0x9000_0000, 64, 3, None),
+        ];
+        let r = changes(records, 4);
+        let last = r.timeline.last().expect("samples");
+        assert_eq!(last.live.blocks, 4);
+        assert_eq!((last.regions, last.gaps, last.gap_bytes, last.largest_gap), (2, 1, 0x80, 0x80));
+        assert_eq!(r.regions.len(), 2);
+        assert_eq!((r.regions[0].ascending, r.regions[0].descending), (0, 2), "filled high to low");
+        assert_eq!(r.leaks.iter().map(|l| l.blocks).sum::<u64>(), 4);
+    }
+
+    #[test]
+    fn size_classes_follow_glibc() {
+        assert_eq!(size_class(1), "fast (<= 120 B)");
+        assert_eq!(size_class(120), "fast (<= 120 B)");
+        assert_eq!(size_class(121), "small (121 B .. 1000 B)");
+        assert_eq!(size_class(1000), "small (121 B .. 1000 B)", "a 1008-byte chunk");
+        assert_eq!(size_class(1001), "large (1001 B .. 128 KiB)", "a 1024-byte chunk");
+        assert_eq!(size_class(128 << 10), "mmapped (>= 128 KiB)");
+    }
+}

@@ -1,0 +1,98 @@
+//! `linetrace report --allocations`: the heap analysis of a trace
+//! (`decoder::heap`), as text or JSON.
+
+use std::io::Write;
+
+use anyhow::Result;
+use decoder::heap::{HeapReport, SiteRow};
+use decoder::model::Model;
+use decoder::symbols::Symbolizer;
+use serde::Serialize;
+
+/// The `report --allocations --json` document.
+#[derive(Serialize)]
+struct HeapJson<'a> {
+    trace: String,
+    metadata: &'a trace_rt::format::Metadata,
+    status: String,
+    heap: &'a HeapReport,
+}
+
+/// Prints the heap analysis of `model`.
+pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json: bool, limit: usize) -> Result<()> {
+    let heap = decoder::heap::analyse(model, symbols);
+    let status = model.status_note().unwrap_or_else(|| "complete".to_string());
+    let mut out = std::io::stdout().lock();
+    if json {
+        let doc = HeapJson { trace: trace.display().to_string(), metadata: &model.metadata, status, heap: &heap };
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let h = &heap;
+    writeln!(out, "trace:      {}", trace.display())?;
+    writeln!(out, "program:    {}", model.metadata.argv.join(" "))?;
+    writeln!(out, "status:     {status}")?;
+    writeln!(out, "allocator calls: {}", h.events)?;
+    writeln!(
+        out,
+        "heap blocks: {} allocated ({} bytes requested), {} freed; reallocs: {} in place, {} moved",
+        h.blocks, h.bytes, h.frees, h.reallocs_in_place, h.reallocs_moved
+    )?;
+    writeln!(out, "mappings:   {} ({} bytes), the program's own mmap calls", h.mappings, h.mapped_bytes)?;
+    writeln!(out, "peak:       {} bytes in {} blocks, at event {}", h.peak.bytes, h.peak.blocks, h.peak.event)?;
+    writeln!(
+        out,
+        "at end:     {} bytes in {} blocks (leaked, if the program was done)",
+        h.at_end.bytes, h.at_end.blocks
+    )?;
+    if h.usable_known > 0 {
+        let requested: u64 = h.bytes.max(1);
+        writeln!(
+            out,
+            "waste:      {} bytes usable but not requested, over {} blocks ({:.1}% of requested)",
+            h.waste,
+            h.usable_known,
+            100.0 * h.waste as f64 / requested as f64
+        )?;
+    } else {
+        writeln!(out, "waste:      unknown (usable sizes are recorded by `record --allocations`)")?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{:<28} {:>9} {:>12} {:>10}", "size class (glibc)", "blocks", "bytes", "waste")?;
+    for c in &h.size_classes {
+        writeln!(out, "{:<28} {:>9} {:>12} {:>10}", c.class, c.blocks, c.bytes, c.waste)?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:>9} {:>12} {:>8} {:>8} {:>6} {:>10} {:>11} {:>12}",
+        "event", "live bytes", "blocks", "regions", "gaps", "gap bytes", "largest gap", "span bytes"
+    )?;
+    for s in &h.timeline {
+        let mark = if s.live == h.peak { "  <- peak" } else { "" };
+        writeln!(
+            out,
+            "{:>9} {:>12} {:>8} {:>8} {:>6} {:>10} {:>11} {:>12}{mark}",
+            s.live.event, s.live.bytes, s.live.blocks, s.regions, s.gaps, s.gap_bytes, s.largest_gap, s.span_bytes
+        )?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{:<37} {:>8} {:>10} {:>11}", "region", "blocks", "ascending", "descending")?;
+    for r in h.regions.iter().take(limit) {
+        let range = format!("{:#x}..{:#x}", r.start, r.end);
+        writeln!(out, "{range:<37} {:>8} {:>10} {:>11}", r.blocks, r.ascending, r.descending)?;
+    }
+    let table = |out: &mut std::io::StdoutLock, title: &str, rows: &[SiteRow]| -> std::io::Result<()> {
+        writeln!(out)?;
+        writeln!(out, "{:>9} {:>12}  {title}", "blocks", "bytes")?;
+        for r in rows.iter().take(limit) {
+            writeln!(out, "{:>9} {:>12}  {} ({})", r.blocks, r.bytes, r.function, r.line)?;
+        }
+        Ok(())
+    };
+    table(&mut out, "allocating function, most blocks", &h.top_by_count)?;
+    table(&mut out, "allocating function, most bytes", &h.top_by_bytes)?;
+    table(&mut out, "live at the end, by allocating function", &h.leaks)?;
+    Ok(())
+}

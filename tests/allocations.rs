@@ -1,0 +1,124 @@
+//! `record --allocations` and `report --allocations` on real programs,
+//! against valgrind's DHAT as the oracle nobody here wrote.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// DHAT's summary: (total bytes, total blocks, t-gmax bytes, t-gmax
+/// blocks, t-end bytes, t-end blocks). libc's exit-time cleanup is off, as
+/// it is outside valgrind.
+fn dhat(program: &Path, args: &[&str]) -> [u64; 6] {
+    let out = Command::new("valgrind")
+        .args(["--tool=dhat", "--run-libc-freeres=no", "--dhat-out-file=/dev/null"])
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("valgrind runs");
+    let text = String::from_utf8_lossy(&out.stderr);
+    let numbers = |label: &str| -> (u64, u64) {
+        let line = text.lines().find(|l| l.contains(label)).unwrap_or_else(|| panic!("no {label:?} in {text}"));
+        let n: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|w| w.replace(',', "").parse().ok())
+            .collect::<Vec<u64>>()
+            .into_iter()
+            .rev()
+            .take(2)
+            .collect();
+        (n[1], n[0])
+    };
+    let (tb, tn) = numbers("Total:");
+    let (gb, gn) = numbers("At t-gmax:");
+    let (eb, en) = numbers("At t-end:");
+    [tb, tn, gb, gn, eb, en]
+}
+
+fn record_allocations(program: &Path, args: &[&str], trace: &Path) -> std::process::Output {
+    record_with(&["--allocations"], program, args, trace)
+}
+
+fn heap_report(trace: &Path) -> serde_json::Value {
+    let out = linetrace().args(["report", "--allocations", "--json"]).arg(trace).output().expect("report runs");
+    assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")["heap"].clone()
+}
+
+fn ours(h: &serde_json::Value) -> [u64; 6] {
+    let n = |v: &serde_json::Value| v.as_u64().expect("a number");
+    [
+        n(&h["bytes"]),
+        n(&h["blocks"]),
+        n(&h["peak"]["bytes"]),
+        n(&h["peak"]["blocks"]),
+        n(&h["at_end"]["bytes"]),
+        n(&h["at_end"]["blocks"]),
+    ]
+}
+
+/// One thread, every glibc size class, reallocs in place and moved, leaks:
+/// totals, peak and leaks equal DHAT's exactly.
+#[test]
+fn whole_program_heap_equals_dhat() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix");
+    let out = record_allocations(&bin, &["5000"], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = heap_report(&trace);
+    assert_eq!(ours(&h), dhat(&bin, &["5000"]), "[bytes, blocks, peak bytes, peak blocks, end bytes, end blocks]");
+    assert!(h["reallocs_in_place"].as_u64() > Some(0) && h["reallocs_moved"].as_u64() > Some(0));
+    let classes: Vec<&str> =
+        h["size_classes"].as_array().expect("classes").iter().filter_map(|c| c["class"].as_str()).collect();
+    assert_eq!(classes.len(), 4, "every class is exercised: {classes:?}");
+    let leaks = h["leaks"].as_array().expect("leaks");
+    assert!(leaks.iter().any(|l| l["function"] == "churn"), "the leaks are churn's: {leaks:?}");
+    assert!(h["waste"].as_u64() > Some(0), "usable sizes were recorded");
+}
+
+/// Four threads: every thread's calls are recorded. Block counts equal
+/// DHAT's; bytes may differ by thread start-up allocations, which glibc
+/// sizes differently under valgrind.
+#[test]
+fn every_thread_is_recorded() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix-threads");
+    let out = record_allocations(&bin, &["3000", "4"], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let [bytes, blocks, ..] = ours(&heap_report(&trace));
+    let [d_bytes, d_blocks, ..] = dhat(&bin, &["3000", "4"]);
+    assert_eq!(blocks, d_blocks);
+    assert!(bytes.abs_diff(d_bytes) <= 1024, "bytes {bytes} vs DHAT's {d_bytes}");
+    let threads: std::collections::HashSet<String> = dump(&trace)
+        .iter()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|t| !t.starts_with('#'))
+        .collect();
+    assert!(threads.len() >= 4, "the worker threads: {threads:?}");
+}
+
+/// A crash loses nothing: the records are the file's pages, not a buffer
+/// of the program's.
+#[test]
+fn a_crash_keeps_every_call_made_before_it() {
+    let bin = c_example("heap_mix", &[]);
+    let (normal, crashed) = (trace_path("heap-mix-normal"), trace_path("heap-mix-crash"));
+    assert!(record_allocations(&bin, &["4000"], &normal).status.success());
+    let out = record_allocations(&bin, &["4000", "1", "crash"], &crashed);
+    assert_eq!(out.status.code(), Some(128 + 11), "exits as the program died: {out:?}");
+    assert_eq!(ours(&heap_report(&crashed)), ours(&heap_report(&normal)));
+}
+
+/// A static program cannot preload the agent: refused, nothing written.
+#[test]
+fn static_programs_are_refused() {
+    let bin = c_example("heap_mix", &["-static"]);
+    let trace = trace_path("heap-mix-static");
+    let out = record_allocations(&bin, &["10"], &trace);
+    assert_eq!(out.status.code(), Some(2), "linetrace's own failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("statically linked"), "{err}");
+    assert!(!trace.exists(), "no trace");
+}

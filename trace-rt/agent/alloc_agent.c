@@ -1,0 +1,351 @@
+/* linetrace's allocation agent: preloaded into a program (LD_PRELOAD) by
+ * `linetrace record --allocations`, it records every call of the malloc
+ * family, C++ operator new/delete and mmap/munmap/mremap, on every thread,
+ * and lets the allocator run natively.
+ *
+ * Why it is built this way:
+ * - Records go straight into a shared file mapping (LINETRACE_ALLOC_OUT),
+ *   each thread filling 64 KiB chunks it claims with one atomic add: no
+ *   lock, no system call per event, and what is written survives a crash
+ *   of the program (the pages belong to the file).
+ * - The real allocator is called through glibc's __libc_* entry points, so
+ *   the agent never calls back into itself and never needs dlsym (which
+ *   allocates) on the hot path.
+ * - Thread-local state uses the initial-exec TLS model: __tls_get_addr may
+ *   allocate, and must not be reached from inside malloc.
+ * - A record is valid once its last word (the marker) is written, after
+ *   the rest: a reader skips records a crash cut in half.
+ * The record layout is `trace_rt::agent::AgentRecord`; keep them equal. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+extern void *__libc_malloc(size_t);
+extern void __libc_free(void *);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern size_t malloc_usable_size(void *);
+
+/* Kinds: the first nine are trace_rt::format::AllocKind's values. */
+enum {
+    K_MALLOC = 0, K_CALLOC = 1, K_REALLOC = 2, K_FREE = 3, K_POSIX_MEMALIGN = 4,
+    K_ALIGNED_ALLOC = 5, K_MEMALIGN = 6, K_MMAP = 7, K_MUNMAP = 8,
+    K_NEW = 16, K_DELETE = 17, K_MREMAP = 18
+};
+
+#define MARKER 0x4c54414c4c4f4321ull /* "!COLLATL" */
+#define HEADER_BYTES 4096ull
+#define CHUNK_BYTES (64ull << 10)
+#define CAPACITY (64ull << 30) /* sparse: only written pages take space */
+
+struct record {
+    uint64_t seq;
+    uint64_t time_ns;
+    uint64_t ptr_in;
+    uint64_t ptr_out;
+    uint64_t size;
+    uint64_t align;
+    uint64_t callsite;
+    uint64_t usable;
+    uint32_t tid;
+    uint32_t kind;
+    uint64_t marker;
+};
+
+struct header {
+    uint64_t magic;
+    _Atomic uint64_t next_chunk; /* high-water mark of claimed chunks */
+    _Atomic uint64_t seq;
+    _Atomic uint64_t dropped;
+};
+
+static char *base;
+static char maps_path[4096]; /* where /proc/self/maps is copied */
+static struct header *hdr;
+static _Atomic int state; /* 0 new, 1 starting, 2 on, 3 off */
+
+#define TLS __attribute__((tls_model("initial-exec"))) static __thread
+TLS struct record *cur;
+TLS struct record *end;
+TLS uint32_t my_tid;
+TLS int busy;
+
+static void start(void) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&state, &expected, 1)) return;
+    const char *path = getenv("LINETRACE_ALLOC_OUT");
+    int fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    const char *maps = getenv("LINETRACE_ALLOC_MAPS");
+    if (maps && strlen(maps) < sizeof maps_path) strcpy(maps_path, maps);
+    /* A program this one execs records nothing (the agent stays loaded
+     * through LD_PRELOAD, and passes calls through). */
+    unsetenv("LINETRACE_ALLOC_OUT");
+    unsetenv("LINETRACE_ALLOC_MAPS");
+    if (fd < 0 || ftruncate(fd, (off_t)CAPACITY) != 0) {
+        atomic_store(&state, 3);
+        return;
+    }
+    void *m = mmap(NULL, CAPACITY, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        atomic_store(&state, 3);
+        return;
+    }
+    base = m;
+    hdr = (struct header *)m;
+    if (hdr->magic != MARKER) {
+        atomic_store(&hdr->next_chunk, HEADER_BYTES);
+        hdr->magic = MARKER;
+    }
+    atomic_store(&state, 2);
+}
+
+static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size, uint64_t align, void *ret) {
+    if (busy) return;
+    if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
+        start();
+        if (atomic_load(&state) != 2) return;
+    }
+    busy = 1;
+    if (!cur || cur + 1 > end) {
+        uint64_t at = atomic_fetch_add(&hdr->next_chunk, CHUNK_BYTES);
+        if (at + CHUNK_BYTES > CAPACITY) {
+            atomic_fetch_add(&hdr->dropped, 1);
+            busy = 0;
+            return;
+        }
+        cur = (struct record *)(base + at);
+        end = (struct record *)(base + at + CHUNK_BYTES);
+        /* One system call maps the whole chunk, instead of a page fault
+         * per 4 KiB (Linux 5.14+; older kernels fault as before). */
+        madvise(base + at, CHUNK_BYTES, 23 /* MADV_POPULATE_WRITE */);
+    }
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    struct record *r = cur++;
+    r->seq = atomic_fetch_add_explicit(&hdr->seq, 1, memory_order_relaxed);
+    r->time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    r->ptr_in = ptr_in;
+    r->ptr_out = ptr_out;
+    r->size = size;
+    r->align = align;
+    /* The call instruction, not the return address: its source line. */
+    r->callsite = ret ? (uint64_t)ret - 1 : 0;
+    r->usable = (ptr_out && kind != K_MMAP && kind != K_MREMAP) ? malloc_usable_size((void *)ptr_out) : 0;
+    r->tid = my_tid;
+    r->kind = kind;
+    atomic_signal_fence(memory_order_seq_cst);
+    r->marker = MARKER;
+    busy = 0;
+}
+
+/* A thread's id changes in a forked child: forget it there. Forked
+ * children keep recording into the same file (their records carry their
+ * own tids). */
+static void after_fork_child(void) {
+    my_tid = 0;
+    cur = end = NULL; /* the parent goes on filling its chunk */
+}
+
+/* The modules, for symbols: copied at start (the program and the
+ * libraries it links) and again at exit (with those it loaded since). A
+ * crash keeps the first copy. */
+static void copy_maps(void) {
+    if (!maps_path[0]) return;
+    int in = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    int out = open(maps_path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+    char buf[4096];
+    ssize_t n;
+    while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof buf)) > 0) {
+        if (write(out, buf, (size_t)n) != n) break;
+    }
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+}
+
+__attribute__((constructor)) static void agent_init(void) {
+    start();
+    copy_maps();
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+__attribute__((destructor)) static void agent_exit(void) {
+    if (atomic_load(&state) == 2) copy_maps();
+}
+
+#define RET __builtin_return_address(0)
+
+void *malloc(size_t n) {
+    void *p = __libc_malloc(n);
+    note(K_MALLOC, 0, (uint64_t)p, n, 0, RET);
+    return p;
+}
+
+void free(void *p) {
+    if (p) note(K_FREE, (uint64_t)p, 0, 0, 0, RET);
+    __libc_free(p);
+}
+
+void *calloc(size_t n, size_t s) {
+    void *p = __libc_calloc(n, s);
+    size_t total = (s && n > SIZE_MAX / s) ? SIZE_MAX : n * s;
+    note(K_CALLOC, 0, (uint64_t)p, total, 0, RET);
+    return p;
+}
+
+void *realloc(void *old, size_t n) {
+    void *p = __libc_realloc(old, n);
+    /* realloc(p, 0) frees p and may return NULL: recorded as it is. */
+    note(K_REALLOC, (uint64_t)old, (uint64_t)p, n, 0, RET);
+    return p;
+}
+
+void *reallocarray(void *old, size_t n, size_t s) {
+    if (s && n > SIZE_MAX / s) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    void *p = __libc_realloc(old, n * s);
+    note(K_REALLOC, (uint64_t)old, (uint64_t)p, n * s, 0, RET);
+    return p;
+}
+
+int posix_memalign(void **out, size_t align, size_t n) {
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    void *p = __libc_memalign(align, n);
+    if (!p) return ENOMEM;
+    *out = p;
+    note(K_POSIX_MEMALIGN, 0, (uint64_t)p, n, align, RET);
+    return 0;
+}
+
+void *aligned_alloc(size_t align, size_t n) {
+    void *p = __libc_memalign(align, n);
+    note(K_ALIGNED_ALLOC, 0, (uint64_t)p, n, align, RET);
+    return p;
+}
+
+void *memalign(size_t align, size_t n) {
+    void *p = __libc_memalign(align, n);
+    note(K_MEMALIGN, 0, (uint64_t)p, n, align, RET);
+    return p;
+}
+
+void *valloc(size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *p = __libc_memalign(page, n);
+    note(K_MEMALIGN, 0, (uint64_t)p, n, page, RET);
+    return p;
+}
+
+void *pvalloc(size_t n) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t rounded = (n + page - 1) & ~(page - 1);
+    void *p = __libc_memalign(page, rounded ? rounded : page);
+    note(K_MEMALIGN, 0, (uint64_t)p, n, page, RET);
+    return p;
+}
+
+/* C++: operator new must throw on failure, which C cannot: then the
+ * library's own operator new is called (it throws bad_alloc). */
+typedef void *(*new_fn)(size_t);
+static void *new_failed(const char *name, size_t n) {
+    new_fn real = (new_fn)dlsym(RTLD_NEXT, name);
+    return real ? real(n) : NULL;
+}
+void *_Znwm(size_t n) {
+    void *p = __libc_malloc(n ? n : 1);
+    if (!p) p = new_failed("_Znwm", n);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    return p;
+}
+void *_Znam(size_t n) {
+    void *p = __libc_malloc(n ? n : 1);
+    if (!p) p = new_failed("_Znam", n);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    return p;
+}
+void *_ZnwmRKSt9nothrow_t(size_t n, const void *tag) {
+    (void)tag;
+    void *p = __libc_malloc(n ? n : 1);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    return p;
+}
+void *_ZnamRKSt9nothrow_t(size_t n, const void *tag) {
+    (void)tag;
+    void *p = __libc_malloc(n ? n : 1);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    return p;
+}
+void _ZdlPv(void *p) {
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    __libc_free(p);
+}
+void _ZdaPv(void *p) {
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    __libc_free(p);
+}
+void _ZdlPvm(void *p, size_t n) {
+    (void)n;
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    __libc_free(p);
+}
+void _ZdaPvm(void *p, size_t n) {
+    (void)n;
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    __libc_free(p);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+    void *p = (void *)r;
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        p = MAP_FAILED;
+    } else {
+        note(K_MMAP, 0, (uint64_t)p, len, 0, RET);
+    }
+    return p;
+}
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+    __attribute__((alias("mmap")));
+
+int munmap(void *addr, size_t len) {
+    long r = syscall(SYS_munmap, addr, len);
+    if (r < 0) {
+        errno = (int)-r;
+        return -1;
+    }
+    note(K_MUNMAP, (uint64_t)addr, 0, len, 0, RET);
+    return 0;
+}
+
+void *mremap(void *old, size_t old_len, size_t len, int flags, ...) {
+    void *new_addr = NULL;
+    if (flags & MREMAP_FIXED) {
+        __builtin_va_list ap;
+        __builtin_va_start(ap, flags);
+        new_addr = __builtin_va_arg(ap, void *);
+        __builtin_va_end(ap);
+    }
+    long r = syscall(SYS_mremap, old, old_len, len, flags, new_addr);
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return MAP_FAILED;
+    }
+    note(K_MREMAP, (uint64_t)old, (uint64_t)r, len, old_len, RET);
+    return (void *)r;
+}

@@ -1,0 +1,210 @@
+//! The allocation agent: a shared library (`agent/alloc_agent.c`, built by
+//! `build.rs`) that `linetrace record --allocations` preloads into the
+//! program, and the log it writes.
+//!
+//! The agent records every allocator call of every thread into a shared
+//! file mapping: a 4 KiB header, then 64 KiB chunks of fixed-size records
+//! that threads claim with an atomic add. Records are numbered by one
+//! global counter, so [`AgentLog::read`] restores the order of all threads
+//! by sorting; a record counts once its marker (its last word) is written,
+//! so records cut by a crash are skipped. [`AgentRecord`] is the layout;
+//! the C `struct record` must stay equal to it.
+
+use std::io::Read;
+
+/// The agent, as a shared library; empty when the build had no C compiler.
+pub const ALLOC_AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liblinetrace_alloc.so"));
+
+/// Environment variable naming the log file the agent writes.
+pub const LOG_ENV: &str = "LINETRACE_ALLOC_OUT";
+/// Environment variable naming the file the agent copies
+/// `/proc/self/maps` to, at start and at exit.
+pub const MAPS_ENV: &str = "LINETRACE_ALLOC_MAPS";
+
+/// Marks the header and every complete record.
+const MARKER: u64 = 0x4c54_414c_4c4f_4321;
+/// Bytes before the first chunk.
+const HEADER_BYTES: u64 = 4096;
+/// Bytes of a chunk a thread claims.
+const CHUNK_BYTES: usize = 64 << 10;
+/// Bytes of one record.
+pub const RECORD_BYTES: usize = 80;
+
+/// What a record stands for. Values up to 8 are
+/// [`crate::format::AllocKind`]'s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgentKind {
+    /// A kind the trace format has ([`crate::format::AllocKind`]).
+    Format(crate::format::AllocKind),
+    /// C++ operator new (any variant).
+    New,
+    /// C++ operator delete (any variant).
+    Delete,
+    /// mremap: `ptr_in` old address, `align` old length, `size` new length.
+    Mremap,
+}
+
+impl AgentKind {
+    fn from_u32(v: u32) -> Option<AgentKind> {
+        match v {
+            16 => Some(AgentKind::New),
+            17 => Some(AgentKind::Delete),
+            18 => Some(AgentKind::Mremap),
+            v => crate::format::AllocKind::from_u8(u8::try_from(v).ok()?).map(AgentKind::Format),
+        }
+    }
+}
+
+/// One allocator call, as the agent wrote it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentRecord {
+    /// Global order of the call (all threads).
+    pub seq: u64,
+    /// CLOCK_MONOTONIC, nanoseconds.
+    pub time_ns: u64,
+    /// Pointer passed in (realloc, free, delete, munmap, mremap).
+    pub ptr_in: u64,
+    /// Pointer returned (0: none, or failure).
+    pub ptr_out: u64,
+    /// Requested size.
+    pub size: u64,
+    /// Requested alignment (mremap: the old length).
+    pub align: u64,
+    /// The call instruction in the caller.
+    pub callsite: u64,
+    /// `malloc_usable_size` of the result (0 for mappings).
+    pub usable: u64,
+    /// Kernel thread id.
+    pub tid: u32,
+    /// What it was.
+    pub kind: AgentKind,
+}
+
+impl AgentRecord {
+    fn parse(b: &[u8]) -> Option<AgentRecord> {
+        let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        if b.len() < RECORD_BYTES || word(9) != MARKER {
+            return None;
+        }
+        let tid_kind = word(8);
+        Some(AgentRecord {
+            seq: word(0),
+            time_ns: word(1),
+            ptr_in: word(2),
+            ptr_out: word(3),
+            size: word(4),
+            align: word(5),
+            callsite: word(6),
+            usable: word(7),
+            tid: tid_kind as u32,
+            kind: AgentKind::from_u32((tid_kind >> 32) as u32)?,
+        })
+    }
+}
+
+/// Everything an agent log holds, in call order.
+#[derive(Clone, Debug, Default)]
+pub struct AgentLog {
+    /// The calls.
+    pub records: Vec<AgentRecord>,
+    /// Calls the agent could not record (its log was full).
+    pub dropped: u64,
+    /// Calls numbered but missing (cut by a crash mid-record).
+    pub missing: u64,
+}
+
+/// Why a log cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentLogError {
+    /// Reading failed.
+    #[error("cannot read the allocation log")]
+    Io(#[source] std::io::Error),
+    /// The agent never started in the program (not preloaded: a static
+    /// program, or one that clears LD_PRELOAD).
+    #[error("the allocation agent did not start in the program (statically linked, or LD_PRELOAD cleared?)")]
+    NotStarted,
+}
+
+impl AgentLog {
+    /// Reads a log: the header, then the chunks it says were claimed.
+    pub fn read(file: &mut std::fs::File) -> Result<AgentLog, AgentLogError> {
+        let mut header = [0u8; 32];
+        if file.read_exact(&mut header).is_err() {
+            return Err(AgentLogError::NotStarted);
+        }
+        let word = |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        if word(0) != MARKER {
+            return Err(AgentLogError::NotStarted);
+        }
+        let (claimed, numbered, dropped) = (word(1), word(2), word(3));
+        let mut body = Vec::new();
+        let rest = claimed.saturating_sub(32);
+        std::io::Seek::seek(file, std::io::SeekFrom::Start(32)).map_err(AgentLogError::Io)?;
+        file.take(rest).read_to_end(&mut body).map_err(AgentLogError::Io)?;
+        let first = (HEADER_BYTES - 32) as usize;
+        // Records never straddle chunks: each chunk ends with a few unused
+        // bytes.
+        let mut records: Vec<AgentRecord> = body
+            .get(first..)
+            .unwrap_or_default()
+            .chunks(CHUNK_BYTES)
+            .flat_map(|chunk| chunk.chunks_exact(RECORD_BYTES).filter_map(AgentRecord::parse))
+            .collect();
+        records.sort_by_key(|r| r.seq);
+        let missing = numbered.saturating_sub(records.len() as u64 + dropped);
+        Ok(AgentLog { records, dropped, missing })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(seq: u64, kind: u32, complete: bool) -> Vec<u8> {
+        let words =
+            [seq, 7, 0, 0x1000, 24, 0, 0x401000, 24, u64::from(kind) << 32 | 42, if complete { MARKER } else { 0 }];
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn records_are_read_in_call_order_and_cut_ones_skipped() {
+        let mut bytes = vec![0u8; HEADER_BYTES as usize];
+        let chunk = |recs: &[Vec<u8>]| {
+            let mut c: Vec<u8> = recs.concat();
+            c.resize(1 << 16, 0);
+            c
+        };
+        bytes.extend(chunk(&[record(0, 0, true), record(2, 3, true)]));
+        bytes.extend(chunk(&[record(1, 16, true), record(3, 0, false)]));
+        let words = [MARKER, bytes.len() as u64, 4, 0];
+        for (i, w) in words.iter().enumerate() {
+            bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        let mut file = tempfile::tempfile().expect("temp file");
+        std::io::Write::write_all(&mut file, &bytes).expect("write");
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).expect("seek");
+        let log = AgentLog::read(&mut file).expect("read");
+        assert_eq!(log.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(log.records[1].kind, AgentKind::New);
+        assert_eq!(log.records[2].kind, AgentKind::Format(crate::format::AllocKind::Free));
+        assert_eq!(log.records[0].tid, 42);
+        assert_eq!(log.missing, 1, "the record cut in half");
+        let mut empty = tempfile::tempfile().expect("temp file");
+        assert!(matches!(AgentLog::read(&mut empty), Err(AgentLogError::NotStarted)));
+    }
+
+    #[test]
+    fn the_agent_was_built_with_its_symbols() {
+        if ALLOC_AGENT.is_empty() {
+            // No C compiler at build time: the agent is unavailable, and
+            // `record --allocations` says so (tested in the CLI).
+            return;
+        }
+        assert_eq!(&ALLOC_AGENT[..4], b"\x7fELF");
+        let text = String::from_utf8_lossy(ALLOC_AGENT);
+        for symbol in ["malloc", "posix_memalign", "_Znwm", "_ZdlPv", "mremap"] {
+            assert!(text.contains(symbol), "{symbol} is exported");
+        }
+    }
+}
