@@ -282,8 +282,10 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
     }
     report.at_end = Live { event: events, ..live };
     if let Some(at_peak) = peak_blocks {
+        // The peak's own point, in place of a sample of the same event.
         let s = sample(&at_peak, report.peak);
-        let at = report.timeline.partition_point(|x| x.live.event <= report.peak.event);
+        report.timeline.retain(|x| x.live.event != report.peak.event);
+        let at = report.timeline.partition_point(|x| x.live.event < report.peak.event);
         report.timeline.insert(at, s);
     }
 
@@ -487,6 +489,9 @@ mod tests {
             block(Malloc, 0x9000_0000, 64, 3, None),
         ];
         let r = changes(records, 4);
+        let events: Vec<u64> = r.timeline.iter().map(|s| s.live.event).collect();
+        assert!(events.windows(2).all(|w| w[0] < w[1]), "one point per event, in order: {events:?}");
+        assert_eq!(r.timeline.iter().filter(|s| s.live == r.peak).count(), 1, "the peak is one point");
         let last = r.timeline.last().expect("samples");
         assert_eq!(last.live.blocks, 4);
         assert_eq!((last.regions, last.gaps, last.gap_bytes, last.largest_gap), (2, 1, 0x80, 0x80));
