@@ -376,9 +376,67 @@ pub struct RenderArgs {
     /// What the bitmap's colours show.
     #[arg(long, value_enum, default_value_t = ColourByArg::Bytes)]
     pub colour_by: ColourByArg,
+    /// Draw the heap instead: every block a rectangle, allocation events
+    /// on x, addresses on y (regions stacked, unmapped space collapsed to a
+    /// dashed marker), with a bar of live bytes beneath (blue low, red at
+    /// the peak). --alpha below 1 keeps tiny blocks visible.
+    #[arg(long, conflicts_with_all = ["columns", "colour_by"])]
+    pub allocations: bool,
+    /// With --allocations: what a block's colour shows.
+    #[arg(long, value_enum, default_value_t = HeapColourArg::Function, requires = "allocations")]
+    pub heap_colour: HeapColourArg,
+    /// With --allocations: how blocks are shaded across their height, so
+    /// neighbours of one colour stay apart.
+    #[arg(long, value_enum, default_value_t = CushionArg::Parabolic, requires = "allocations")]
+    pub cushion: CushionArg,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,
+}
+
+/// What a heap block's colour shows.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum HeapColourArg {
+    /// A hue per allocating function.
+    Function,
+    /// A hue per thread.
+    Thread,
+    /// glibc's size class: fast, small, large, huge (>= 128 KiB).
+    SizeClass,
+    /// Lifetime: blue short, red long, grey never freed.
+    Lifetime,
+}
+
+impl From<HeapColourArg> for decoder::heap_raster::HeapColourBy {
+    fn from(a: HeapColourArg) -> Self {
+        match a {
+            HeapColourArg::Function => Self::Function,
+            HeapColourArg::Thread => Self::Thread,
+            HeapColourArg::SizeClass => Self::SizeClass,
+            HeapColourArg::Lifetime => Self::Lifetime,
+        }
+    }
+}
+
+/// How heap blocks are shaded.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum CushionArg {
+    /// Brightest in the middle.
+    Parabolic,
+    /// Flat with shaded edges.
+    Plateau,
+    /// Flat.
+    None,
+}
+
+impl From<CushionArg> for decoder::heap_raster::Cushion {
+    fn from(a: CushionArg) -> Self {
+        match a {
+            CushionArg::Parabolic => Self::Parabolic,
+            CushionArg::Plateau => Self::Plateau,
+            CushionArg::None => Self::None,
+        }
+    }
 }
 
 /// What the bitmap's colours show.

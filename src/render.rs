@@ -41,10 +41,16 @@ pub fn render(args: RenderArgs) -> Result<()> {
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;
     let model = decode(&args.file, &args.decode)?;
-    if model.columns == 0 {
-        bail!("{} has no memory reads to draw", args.file.display());
-    }
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
+    if args.allocations {
+        return render_allocations(&args, &model, &symbols, out, format);
+    }
+    if model.columns == 0 {
+        bail!(
+            "{} has no memory reads to draw (a trace of `record --allocations`? draw it with --allocations)",
+            args.file.display()
+        );
+    }
     let options = RenderOptions {
         width: args.width,
         height: args.height,
@@ -80,6 +86,55 @@ pub fn render(args: RenderArgs) -> Result<()> {
         image.width,
         image.height,
         model.columns
+    );
+    Ok(())
+}
+
+/// `render --allocations`: the time x address picture of the heap.
+fn render_allocations(
+    args: &RenderArgs,
+    model: &decoder::model::Model,
+    symbols: &Symbolizer,
+    out: PendingOutput,
+    format: Format,
+) -> Result<()> {
+    if !model.allocations.iter().any(decoder::heap::is_heap_block) {
+        out.abandon();
+        bail!("{} has no heap blocks to draw", args.file.display());
+    }
+    let view = decoder::heap_raster::HeapView {
+        width: args.width,
+        height: args.height,
+        alpha: args.alpha,
+        colour_by: args.heap_colour.into(),
+        cushion: args.cushion.into(),
+    };
+    let name = |pc: u64| symbols.locate(pc).function.clone();
+    let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);
+    // Each region's first address, where there is room for it.
+    let style = MonoTextStyle::new(&FONT_6X10, Rgb888::WHITE);
+    let bands = picture.bands.clone();
+    let mut canvas = Canvas(&mut picture.image);
+    for band in bands.iter().filter(|b| b.bottom - b.top >= 12.0) {
+        let at = Point::new(3, band.top as i32 + 1);
+        let _ = Text::with_baseline(&format!("{:#x}", band.start), at, style, Baseline::Top).draw(&mut canvas);
+    }
+    let label = format!("live bytes over {} allocation events (peak = full)", picture.events);
+    let _ = Text::with_baseline(&label, Point::new(3, picture.occupancy_top as i32 + 5), style, Baseline::Top)
+        .draw(&mut canvas);
+    let file = out.create()?;
+    if let Err(e) = write_image(&picture.image, format, std::io::BufWriter::new(file)) {
+        out.abandon();
+        return Err(e.context(format!("writing {}", args.output.display())));
+    }
+    out.commit()?;
+    eprintln!(
+        "linetrace: wrote {} ({}x{}, {} heap regions, {} allocation events)",
+        args.output.display(),
+        picture.image.width,
+        picture.image.height,
+        picture.bands.len(),
+        picture.events
     );
     Ok(())
 }

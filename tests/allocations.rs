@@ -122,3 +122,47 @@ fn static_programs_are_refused() {
     assert!(err.contains("statically linked"), "{err}");
     assert!(!trace.exists(), "no trace");
 }
+
+/// `render --allocations` draws the blocks: with flat colours by size
+/// class, the classes of blocks much taller than a pixel (large, huge) are
+/// there in their exact colours, and a bar of live bytes is beneath.
+#[test]
+fn render_draws_the_heap_in_class_colours() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix-render");
+    assert!(record_allocations(&bin, &["3000"], &trace).status.success());
+    let png_path = trace.with_extension("png");
+    let out = linetrace()
+        .args(["render", "--allocations", "--heap-colour", "size-class", "--cushion", "none", "--width", "400"])
+        .args(["--height", "300", "-o"])
+        .arg(&png_path)
+        .arg(&trace)
+        .output()
+        .expect("render runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png_path).expect("png")));
+    let mut reader = decoder.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut buf).expect("png data");
+    assert_eq!((info.width, info.height), (400, 300));
+    let rgba = |c: [f64; 3]| c.map(|v| (v * 255.0).round() as u8);
+    let count = |c: [u8; 3]| buf.chunks_exact(4).filter(|p| p[..3] == c).count();
+    let [_, _, large, huge] = decoder::heap_raster::CLASS_COLOURS.map(rgba);
+    assert!(count(large) > 30, "large blocks: {} pixels", count(large));
+    assert!(count(huge) > 200, "huge blocks: {} pixels", count(huge));
+    // The occupancy bar: the bottom row is coloured all along.
+    let bottom = &buf[(299 * 400 * 4)..];
+    let dark = bottom.chunks_exact(4).filter(|p| p[0] < 40 && p[1] < 40 && p[2] < 40).count();
+    assert_eq!(dark, 0, "the bar's bottom row is drawn everywhere");
+    // A trace with no heap blocks is an error, not an empty picture.
+    let empty = trace_path("true-allocs");
+    assert!(record_allocations(Path::new("/bin/true"), &[], &empty).status.success());
+    let out = linetrace()
+        .args(["render", "--allocations", "-o"])
+        .arg(empty.with_extension("png"))
+        .arg(&empty)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no heap blocks"));
+}

@@ -40,6 +40,27 @@ pub struct AllocationRecord {
 }
 
 impl AllocationRecord {
+    /// A block for tests: allocated at event and column `alloc`, freed at
+    /// `free`.
+    #[cfg(test)]
+    pub(crate) fn test_block(kind: AllocKind, address: u64, size: u64, alloc: u64, free: Option<u64>) -> Self {
+        AllocationRecord {
+            kind,
+            address,
+            size,
+            align: 0,
+            callsite: 0,
+            alloc_column: alloc,
+            free_column: free,
+            thread: 1,
+            reads: 0,
+            writes: 0,
+            alloc_event: alloc,
+            free_event: free,
+            usable: 0,
+        }
+    }
+
     /// Whether `addr` is inside the block (a 0-byte block holds its first
     /// address, so accesses to it are still attributed).
     pub fn contains(&self, addr: u64) -> bool {
@@ -114,21 +135,7 @@ mod tests {
     use super::*;
 
     fn block(address: u64, size: u64, alloc: u64, free: Option<u64>) -> AllocationRecord {
-        AllocationRecord {
-            kind: AllocKind::Malloc,
-            address,
-            size,
-            align: 0,
-            callsite: 0,
-            alloc_column: alloc,
-            free_column: free,
-            alloc_event: alloc,
-            free_event: free,
-            usable: 0,
-            thread: 1,
-            reads: 0,
-            writes: 0,
-        }
+        AllocationRecord::test_block(AllocKind::Malloc, address, size, alloc, free)
     }
 
     #[test]

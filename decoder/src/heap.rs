@@ -14,8 +14,9 @@
 //!   usable size (`record --allocations`).
 //! - **Size classes** are glibc's defaults on x86-64, by request: fast
 //!   (chunks up to 128 bytes: requests up to 120), small (chunks below
-//!   1 KiB: requests up to 1000), large, and mmapped (128 KiB and more, the default mmap
-//!   threshold). The tcache holds chunks up to 1032 bytes of the first two.
+//!   1 KiB: requests up to 1000), large, and huge (128 KiB and more, the
+//!   default mmap threshold; glibc raises it once such blocks are freed).
+//!   The tcache holds chunks up to 1032 bytes of the first two.
 //! - **Regions** are runs of live blocks no more than [`REGION_GAP`] apart
 //!   (the brk heap, each arena, each mmapped block); **free gaps** are
 //!   holes of more than [`MIN_GAP`] bytes between neighbouring live blocks
@@ -154,18 +155,52 @@ pub fn is_heap_block(r: &AllocationRecord) -> bool {
     !matches!(r.kind, AllocKind::Mmap | AllocKind::Munmap)
 }
 
-/// glibc's size class of a request (x86-64 defaults).
-pub fn size_class(size: u64) -> &'static str {
-    let chunk = (size.saturating_add(8 + 15) & !15).max(32);
-    if size >= 128 << 10 {
-        "mmapped (>= 128 KiB)"
-    } else if chunk <= 128 {
-        "fast (<= 120 B)"
-    } else if chunk < 1024 {
-        "small (121 B .. 1000 B)"
-    } else {
-        "large (1001 B .. 128 KiB)"
+/// glibc's size classes of requests (x86-64 defaults).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum SizeClass {
+    /// Chunks up to 128 bytes (fastbins).
+    Fast,
+    /// Chunks below 1 KiB (smallbins).
+    Small,
+    /// Up to the mmap threshold (largebins).
+    Large,
+    /// 128 KiB and more: mmapped, until glibc's dynamic threshold rises
+    /// past them after such blocks are freed.
+    Huge,
+}
+
+impl SizeClass {
+    /// Every class, smallest first.
+    pub const ALL: [SizeClass; 4] = [SizeClass::Fast, SizeClass::Small, SizeClass::Large, SizeClass::Huge];
+
+    /// The class of a request of `size` bytes.
+    pub fn of(size: u64) -> SizeClass {
+        let chunk = (size.saturating_add(8 + 15) & !15).max(32);
+        if size >= 128 << 10 {
+            SizeClass::Huge
+        } else if chunk <= 128 {
+            SizeClass::Fast
+        } else if chunk < 1024 {
+            SizeClass::Small
+        } else {
+            SizeClass::Large
+        }
     }
+
+    /// For people.
+    pub fn name(self) -> &'static str {
+        match self {
+            SizeClass::Fast => "fast (<= 120 B)",
+            SizeClass::Small => "small (121 B .. 1000 B)",
+            SizeClass::Large => "large (1001 B .. 128 KiB)",
+            SizeClass::Huge => "huge (>= 128 KiB)",
+        }
+    }
+}
+
+/// glibc's size class of a request, by name.
+pub fn size_class(size: u64) -> &'static str {
+    SizeClass::of(size).name()
 }
 
 /// The bytes a block occupies for fragmentation: its usable size when
@@ -350,7 +385,7 @@ fn size_classes(heap: &[&AllocationRecord]) -> Vec<SizeClassRow> {
             row.waste += r.usable.saturating_sub(r.size);
         }
     }
-    rows.sort_by_key(|r| ["fast", "small", "large", "mmapped"].iter().position(|p| r.class.starts_with(p)));
+    rows.sort_by_key(|r| SizeClass::ALL.iter().position(|c| c.name() == r.class));
     rows
 }
 
@@ -403,21 +438,7 @@ mod tests {
     use super::*;
 
     fn block(kind: AllocKind, address: u64, size: u64, alloc: u64, free: Option<u64>) -> AllocationRecord {
-        AllocationRecord {
-            kind,
-            address,
-            size,
-            align: 0,
-            callsite: 0,
-            alloc_column: 0,
-            free_column: None,
-            thread: 1,
-            reads: 0,
-            writes: 0,
-            alloc_event: alloc,
-            free_event: free,
-            usable: 0,
-        }
+        AllocationRecord::test_block(kind, address, size, alloc, free)
     }
 
     fn changes(records: Vec<AllocationRecord>, events: u64) -> HeapReport {
@@ -507,6 +528,6 @@ mod tests {
         assert_eq!(size_class(121), "small (121 B .. 1000 B)");
         assert_eq!(size_class(1000), "small (121 B .. 1000 B)", "a 1008-byte chunk");
         assert_eq!(size_class(1001), "large (1001 B .. 128 KiB)", "a 1024-byte chunk");
-        assert_eq!(size_class(128 << 10), "mmapped (>= 128 KiB)");
+        assert_eq!(size_class(128 << 10), "huge (>= 128 KiB)");
     }
 }

@@ -29,6 +29,7 @@ mod decode;
 pub mod diff;
 mod error;
 pub mod heap;
+pub mod heap_raster;
 pub mod inspect;
 pub mod lines;
 pub mod model;

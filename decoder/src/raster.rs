@@ -277,7 +277,8 @@ impl Image {
     }
 }
 
-fn to_rgba8(c: Colour) -> [u8; 4] {
+/// An opaque RGBA8 pixel of a colour.
+pub fn to_rgba8(c: Colour) -> [u8; 4] {
     let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
     [q(c[0]), q(c[1]), q(c[2]), 255]
 }

@@ -1,0 +1,326 @@
+//! The dense time x address picture of a heap (`render --allocations`):
+//! every block a rectangle, its lifetime (allocation events, x) by its
+//! address range (y), with an occupancy bar beneath.
+//!
+//! - **Address axis.** The heap's regions ([`crate::heap::REGION_GAP`])
+//!   are stacked top to bottom by address, each as tall as its share of
+//!   the bytes they span (at least [`MIN_REGION_PX`]), with a marker band
+//!   between them: the gaps of unmapped address space are collapsed, so
+//!   the picture is not 99.99% empty.
+//! - **Anti-aliasing.** Blocks smaller than a pixel are combined with the
+//!   importance-based formula of [`crate::raster::Coverage`] (one
+//!   definition for every picture): `alpha < 1` keeps tiny short-lived
+//!   blocks visible.
+//! - **Cushions.** A block's colour is shaded across its height
+//!   (parabolic, or a plateau with shaded edges) so neighbouring blocks of
+//!   one colour stay apart.
+//! - **Occupancy bar.** Beneath, per pixel column, the highest live bytes
+//!   in its events over the peak: blue low, red high.
+
+use std::collections::HashMap;
+
+use crate::allocations::AllocationRecord;
+use crate::heap::{REGION_GAP, SizeClass, is_heap_block};
+use crate::raster::{Colour, Coverage, Image, frame_colour};
+
+/// Fewest pixels a region gets.
+pub const MIN_REGION_PX: f64 = 6.0;
+/// Height of the band marking collapsed address space.
+pub const MARKER_PX: f64 = 4.0;
+/// Height of the occupancy bar, and of the space above it.
+pub const OCCUPANCY_PX: u32 = 20;
+const OCCUPANCY_GAP: u32 = 4;
+const BACKGROUND: Colour = [0.07, 0.07, 0.09];
+const MARKER: Colour = [0.30, 0.30, 0.34];
+
+/// What a block's colour says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HeapColourBy {
+    /// A hue per allocating function.
+    #[default]
+    Function,
+    /// A hue per thread.
+    Thread,
+    /// glibc's size class ([`SizeClass`]).
+    SizeClass,
+    /// Lifetime: blue short, red long (log scale), grey never freed.
+    Lifetime,
+}
+
+/// How blocks are shaded across their height.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cushion {
+    /// Flat.
+    None,
+    /// Brightest in the middle, darker towards the edges.
+    #[default]
+    Parabolic,
+    /// Flat in the middle 70%, shaded edges.
+    Plateau,
+}
+
+impl Cushion {
+    /// Brightness at relative height `t` (0..1) of a block.
+    pub fn shade(self, t: f64) -> f64 {
+        let t = t.clamp(0.0, 1.0);
+        match self {
+            Cushion::None => 1.0,
+            Cushion::Parabolic => 0.55 + 0.45 * (1.0 - (2.0 * t - 1.0).powi(2)),
+            Cushion::Plateau => {
+                let edge = (t.min(1.0 - t) / 0.15).min(1.0);
+                0.55 + 0.45 * edge
+            }
+        }
+    }
+}
+
+/// The picture wanted.
+#[derive(Clone, Copy, Debug)]
+pub struct HeapView {
+    /// Pixels.
+    pub width: u32,
+    /// Pixels, occupancy bar included.
+    pub height: u32,
+    /// Anti-aliasing exponent.
+    pub alpha: f64,
+    /// Colours.
+    pub colour_by: HeapColourBy,
+    /// Shading.
+    pub cushion: Cushion,
+}
+
+/// Where a region of the address space is in the picture.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RegionBand {
+    /// First address.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// Top pixel row (fractional).
+    pub top: f64,
+    /// Bottom pixel row.
+    pub bottom: f64,
+}
+
+impl RegionBand {
+    /// The pixel row of `address` (inside the band).
+    pub fn y(&self, address: u64) -> f64 {
+        let span = (self.end - self.start).max(1) as f64;
+        self.top + (address.saturating_sub(self.start) as f64 / span).min(1.0) * (self.bottom - self.top)
+    }
+}
+
+/// The picture and its layout.
+pub struct HeapPicture {
+    /// RGBA.
+    pub image: Image,
+    /// The regions, top to bottom.
+    pub bands: Vec<RegionBand>,
+    /// Top row of the occupancy bar.
+    pub occupancy_top: u32,
+    /// Allocation events on the x axis.
+    pub events: u64,
+}
+
+/// Colours of the size classes, in [`SizeClass`] order: blue, green,
+/// yellow, red.
+pub const CLASS_COLOURS: [Colour; 4] = [[0.35, 0.75, 0.95], [0.45, 0.85, 0.45], [0.95, 0.80, 0.30], [0.90, 0.35, 0.35]];
+
+/// Draws the heap blocks of `records` (a run of `events` allocation
+/// events); `name` gives a callsite's function.
+pub fn render_heap(
+    records: &[AllocationRecord],
+    events: u64,
+    view: &HeapView,
+    name: &dyn Fn(u64) -> String,
+) -> HeapPicture {
+    let (w, h) = (view.width.max(1), view.height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8));
+    let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
+    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
+    let events = events.max(1);
+    let bands = layout(&heap, f64::from(main_h));
+    let mut image = Image::new(w, h, BACKGROUND);
+    let mut cells = vec![Coverage::default(); w as usize * main_h as usize];
+    let x_of = |e: u64| e as f64 / events as f64 * f64::from(w);
+    let mut names: HashMap<u64, Colour> = HashMap::new();
+    for r in &heap {
+        let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
+        let (x0, x1) = (x_of(r.alloc_event), x_of(r.free_event.unwrap_or(events)).max(x_of(r.alloc_event) + 1e-3));
+        let (y0, y1) = (band.y(r.address), band.y(r.address.saturating_add(r.size.max(1))));
+        let y1 = y1.max(y0 + 1e-3);
+        let base = match view.colour_by {
+            HeapColourBy::Function => *names.entry(r.callsite).or_insert_with(|| frame_colour(&name(r.callsite))),
+            HeapColourBy::Thread => frame_colour(&format!("thread {}", r.thread)),
+            HeapColourBy::SizeClass => CLASS_COLOURS[SizeClass::of(r.size) as usize],
+            HeapColourBy::Lifetime => match r.free_event {
+                None => [0.6, 0.6, 0.6],
+                Some(f) => {
+                    let t = ((f - r.alloc_event + 1) as f64).ln() / (events as f64 + 1.0).ln();
+                    [0.2 + 0.75 * t, 0.35, 0.95 - 0.75 * t]
+                }
+            },
+        };
+        for py in (y0.floor() as u32)..(y1.ceil() as u32).min(main_h) {
+            let fy = (y1.min(f64::from(py) + 1.0) - y0.max(f64::from(py))).max(0.0);
+            let centre = ((f64::from(py) + 0.5).clamp(y0, y1) - y0) / (y1 - y0);
+            let shade = view.cushion.shade(centre);
+            let colour = base.map(|c| c * shade);
+            for px in (x0.floor() as u32)..(x1.ceil() as u32).min(w) {
+                let fx = (x1.min(f64::from(px) + 1.0) - x0.max(f64::from(px))).max(0.0);
+                cells[py as usize * w as usize + px as usize].add(fx * fy, colour, view.alpha);
+            }
+        }
+    }
+    for y in 0..main_h {
+        for x in 0..w {
+            let c = &cells[y as usize * w as usize + x as usize];
+            image.set(x, y, c.resolve(BACKGROUND, view.alpha));
+        }
+    }
+    for pair in bands.windows(2) {
+        let (from, to) = (pair[0].bottom, pair[1].top);
+        let mid = ((from + to) / 2.0) as u32;
+        for x in 0..w {
+            if x % 6 < 3 {
+                image.set(x, mid, MARKER);
+            }
+        }
+    }
+    let occupancy_top = main_h + OCCUPANCY_GAP;
+    for (x, level) in occupancy(&heap, events, w).into_iter().enumerate() {
+        let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level];
+        let bar = (level * f64::from(OCCUPANCY_PX)).ceil() as u32;
+        for y in 0..OCCUPANCY_PX {
+            let c = if OCCUPANCY_PX - y <= bar.max(1) { colour } else { [0.12, 0.12, 0.15] };
+            image.set(x as u32, occupancy_top + y, c);
+        }
+    }
+    HeapPicture { image, bands, occupancy_top, events }
+}
+
+/// Regions stacked top to bottom in `height` pixels.
+fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
+    let mut spans: Vec<(u64, u64)> =
+        heap.iter().map(|r| (r.address, r.address.saturating_add(r.size.max(1)))).collect();
+    spans.sort_unstable();
+    let mut regions: Vec<(u64, u64)> = Vec::new();
+    for (lo, hi) in spans {
+        match regions.last_mut() {
+            Some(r) if lo <= r.1.saturating_add(REGION_GAP) => r.1 = r.1.max(hi),
+            _ => regions.push((lo, hi)),
+        }
+    }
+    let n = regions.len() as f64;
+    let room = (height - MARKER_PX * (n - 1.0).max(0.0) - MIN_REGION_PX * n).max(0.0);
+    let total: f64 = regions.iter().map(|r| (r.1 - r.0) as f64).sum::<f64>().max(1.0);
+    let mut top = 0.0;
+    regions
+        .into_iter()
+        .map(|(start, end)| {
+            let h = MIN_REGION_PX.min(height / n.max(1.0)) + room * (end - start) as f64 / total;
+            let band = RegionBand { start, end, top, bottom: top + h };
+            top += h + MARKER_PX;
+            band
+        })
+        .collect()
+}
+
+/// Per pixel column, the highest live bytes in its events over the peak.
+fn occupancy(heap: &[&AllocationRecord], events: u64, width: u32) -> Vec<f64> {
+    let mut delta: Vec<(u64, i64)> = Vec::with_capacity(heap.len() * 2);
+    for r in heap {
+        delta.push((r.alloc_event, r.size as i64));
+        if let Some(f) = r.free_event {
+            delta.push((f, -(r.size as i64)));
+        }
+    }
+    delta.sort_by_key(|d| (d.0, d.1 < 0));
+    let mut column_max = vec![0i64; width as usize];
+    let mut live = 0i64;
+    for (e, d) in delta {
+        live += d;
+        let x = ((e as f64 / events as f64 * f64::from(width)) as usize).min(width as usize - 1);
+        column_max[x] = column_max[x].max(live);
+    }
+    // Columns with no event keep the level of the last one.
+    let mut last = 0;
+    for v in &mut column_max {
+        if *v == 0 {
+            *v = last;
+        }
+        last = *v;
+    }
+    let peak = column_max.iter().copied().max().unwrap_or(0).max(1) as f64;
+    column_max.into_iter().map(|v| v.max(0) as f64 / peak).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trace_rt::format::AllocKind;
+
+    fn block(address: u64, size: u64, alloc: u64, free: Option<u64>) -> AllocationRecord {
+        AllocationRecord::test_block(AllocKind::Malloc, address, size, alloc, free)
+    }
+
+    fn view(alpha: f64) -> HeapView {
+        HeapView {
+            width: 100,
+            height: 100 + OCCUPANCY_PX + OCCUPANCY_GAP,
+            alpha,
+            colour_by: HeapColourBy::SizeClass,
+            cushion: Cushion::None,
+        }
+    }
+
+    #[test]
+    fn a_block_fills_exactly_its_lifetime_and_range() {
+        // One region 0x1000..0x2000; a block of its first half living
+        // events 0..50 of 100, another block keeps the region's extent.
+        let records = vec![block(0x1000, 0x800, 0, Some(50)), block(0x1800, 0x800, 60, None)];
+        let p = render_heap(&records, 100, &view(1.0), &|_| String::new());
+        let large = crate::raster::to_rgba8(CLASS_COLOURS[2]);
+        let band = p.bands[0];
+        assert_eq!(p.bands.len(), 1);
+        assert!((band.y(0x1800) - 50.0).abs() < 1.0, "half way down: {band:?}");
+        assert_eq!(p.image.pixel(10, 10), large, "inside the first block (2 KiB: large)");
+        assert_eq!(p.image.pixel(55, 10), crate::raster::to_rgba8(BACKGROUND), "freed at 50");
+        assert_eq!(p.image.pixel(55, 80), crate::raster::to_rgba8(BACKGROUND), "the second starts at 60");
+        assert_eq!(p.image.pixel(80, 80), large);
+    }
+
+    #[test]
+    fn alpha_below_one_keeps_a_tiny_block_visible() {
+        // A 16-byte block in a 1 MiB region living one event of 10000.
+        let records = vec![block(0x10_0000, 16, 5000, Some(5001)), block(0x1F_FFF0, 16, 0, None)];
+        let mut v = view(1.0);
+        v.width = 50;
+        let bright = |alpha: f64| {
+            let p = render_heap(&records, 10_000, &HeapView { alpha, ..v }, &|_| String::new());
+            let px = p.image.pixel(25, 0);
+            u32::from(px[0]) + u32::from(px[1]) + u32::from(px[2])
+        };
+        let bg = crate::raster::to_rgba8(BACKGROUND).iter().take(3).map(|&c| u32::from(c)).sum::<u32>();
+        assert!(bright(1.0) <= bg + 3, "box filter: lost in the background");
+        assert!(bright(0.3) > bright(1.0) && bright(0.1) > bright(0.3), "lower alpha, brighter");
+        assert!(bright(0.1) > bg + 60, "alpha 0.1: visible ({} vs {bg})", bright(0.1));
+    }
+
+    #[test]
+    fn distant_regions_are_stacked_with_a_marker() {
+        let records = vec![block(0x1000, 64, 0, None), block(0x7f00_0000_0000, 64, 1, None)];
+        let p = render_heap(&records, 2, &view(1.0), &|_| String::new());
+        assert_eq!(p.bands.len(), 2);
+        assert!(p.bands[1].top >= p.bands[0].bottom + MARKER_PX - 1e-9);
+        assert!(p.bands[1].bottom <= 100.0 + 1e-9);
+    }
+
+    #[test]
+    fn cushions_are_brightest_inside() {
+        for c in [Cushion::Parabolic, Cushion::Plateau] {
+            assert!(c.shade(0.5) > c.shade(0.02) + 0.3, "{c:?}");
+            assert_eq!(c.shade(0.5), 1.0);
+        }
+        assert_eq!(Cushion::None.shade(0.0), 1.0);
+    }
+}
