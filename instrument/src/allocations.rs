@@ -144,22 +144,23 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
     drop(log_file);
     let modules = crate::maps::parse_maps(&std::fs::read_to_string(&maps.0).unwrap_or_default());
 
-    let symbols = decoder::symbols::ElfSymbols::load(&exe, &decoder::symbols::SymbolPaths::default())?;
     let mut metadata = Metadata::new("preload-allocations");
     metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
         .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
         .collect();
     metadata.executable = exe.to_string_lossy().into_owned();
-    metadata.build_id = symbols.build_id.clone();
+    metadata.build_id = decoder::symbols::elf::build_id_of(&exe).ok().flatten();
     metadata.pid = child.id();
     metadata.start_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
+    // Compression is most of the conversion's time: the fast level.
+    writer.set_compression_level(1);
     writer.add_modules(&with_build_ids(modules));
     let mut threads = std::collections::HashSet::new();
-    for r in &agent_log.records {
+    for r in agent_log.records() {
         threads.insert(r.tid);
-        for event in events_of(r) {
+        for event in events_of(&r) {
             writer.push(r.tid, &Event::Alloc(event))?;
             writer.push(r.tid, &Event::AllocDetail { usable: r.usable, time_ns: r.time_ns })?;
         }
@@ -172,7 +173,7 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
     Ok(AllocationSummary {
         exit,
         truncated,
-        events: agent_log.records.len() as u64,
+        events: agent_log.len() as u64,
         threads: threads.len(),
         dropped: agent_log.dropped,
         missing: agent_log.missing,
@@ -200,9 +201,7 @@ fn events_of(r: &AgentRecord) -> Vec<Allocation> {
 /// has just run, so they are the files it mapped).
 fn with_build_ids(mut modules: Vec<trace_rt::format::Module>) -> Vec<trace_rt::format::Module> {
     for m in &mut modules {
-        m.build_id = decoder::symbols::ElfSymbols::load(Path::new(&m.path), &decoder::symbols::SymbolPaths::default())
-            .ok()
-            .and_then(|s| s.build_id);
+        m.build_id = decoder::symbols::elf::build_id_of(Path::new(&m.path)).ok().flatten();
     }
     modules
 }

@@ -102,11 +102,15 @@ impl AgentRecord {
     }
 }
 
-/// Everything an agent log holds, in call order.
+/// Everything an agent log holds, in call order. Records are parsed as
+/// they are visited ([`AgentLog::records`]): a log of millions of calls is
+/// held once, as read.
 #[derive(Clone, Debug, Default)]
 pub struct AgentLog {
-    /// The calls.
-    pub records: Vec<AgentRecord>,
+    /// The log's bytes after its header.
+    body: Vec<u8>,
+    /// Offsets of complete records in `body`, in call order.
+    order: Vec<u32>,
     /// Calls the agent could not record (its log was full).
     pub dropped: u64,
     /// Calls numbered but missing (cut by a crash mid-record).
@@ -124,6 +128,9 @@ pub enum AgentLogError {
     /// program, or one that clears LD_PRELOAD).
     #[error("the allocation agent did not start in the program (statically linked, or LD_PRELOAD cleared?)")]
     NotStarted,
+    /// The log is larger than this reader indexes (4 GiB).
+    #[error("the allocation log is larger than 4 GiB")]
+    TooLarge,
 }
 
 impl AgentLog {
@@ -138,22 +145,41 @@ impl AgentLog {
             return Err(AgentLogError::NotStarted);
         }
         let (claimed, numbered, dropped) = (word(1), word(2), word(3));
+        if claimed > u64::from(u32::MAX) {
+            return Err(AgentLogError::TooLarge);
+        }
         let mut body = Vec::new();
-        let rest = claimed.saturating_sub(32);
-        std::io::Seek::seek(file, std::io::SeekFrom::Start(32)).map_err(AgentLogError::Io)?;
-        file.take(rest).read_to_end(&mut body).map_err(AgentLogError::Io)?;
-        let first = (HEADER_BYTES - 32) as usize;
+        std::io::Seek::seek(file, std::io::SeekFrom::Start(HEADER_BYTES)).map_err(AgentLogError::Io)?;
+        file.take(claimed.saturating_sub(HEADER_BYTES)).read_to_end(&mut body).map_err(AgentLogError::Io)?;
         // Records never straddle chunks: each chunk ends with a few unused
         // bytes.
-        let mut records: Vec<AgentRecord> = body
-            .get(first..)
-            .unwrap_or_default()
-            .chunks(CHUNK_BYTES)
-            .flat_map(|chunk| chunk.chunks_exact(RECORD_BYTES).filter_map(AgentRecord::parse))
-            .collect();
-        records.sort_by_key(|r| r.seq);
-        let missing = numbered.saturating_sub(records.len() as u64 + dropped);
-        Ok(AgentLog { records, dropped, missing })
+        let mut keyed: Vec<(u64, u32)> = Vec::new();
+        for (c, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
+            for (i, bytes) in chunk.chunks_exact(RECORD_BYTES).enumerate() {
+                if let Some(r) = AgentRecord::parse(bytes) {
+                    keyed.push((r.seq, (c * CHUNK_BYTES + i * RECORD_BYTES) as u32));
+                }
+            }
+        }
+        keyed.sort_unstable_by_key(|k| k.0);
+        let order: Vec<u32> = keyed.into_iter().map(|k| k.1).collect();
+        let missing = numbered.saturating_sub(order.len() as u64 + dropped);
+        Ok(AgentLog { body, order, dropped, missing })
+    }
+
+    /// Complete records.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// The records, in call order.
+    pub fn records(&self) -> impl Iterator<Item = AgentRecord> + '_ {
+        self.order.iter().filter_map(|&at| AgentRecord::parse(self.body.get(at as usize..)?))
     }
 }
 
@@ -185,10 +211,11 @@ mod tests {
         std::io::Write::write_all(&mut file, &bytes).expect("write");
         std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).expect("seek");
         let log = AgentLog::read(&mut file).expect("read");
-        assert_eq!(log.records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert_eq!(log.records[1].kind, AgentKind::New);
-        assert_eq!(log.records[2].kind, AgentKind::Format(crate::format::AllocKind::Free));
-        assert_eq!(log.records[0].tid, 42);
+        let records: Vec<AgentRecord> = log.records().collect();
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(records[1].kind, AgentKind::New);
+        assert_eq!(records[2].kind, AgentKind::Format(crate::format::AllocKind::Free));
+        assert_eq!(records[0].tid, 42);
         assert_eq!(log.missing, 1, "the record cut in half");
         let mut empty = tempfile::tempfile().expect("temp file");
         assert!(matches!(AgentLog::read(&mut empty), Err(AgentLogError::NotStarted)));
