@@ -480,6 +480,13 @@ pub struct ViewArgs {
     /// (blue fewer reads in B, red more).
     #[arg(value_name = "B")]
     pub compare: Option<PathBuf>,
+    /// Show the heap instead: every block a rectangle, allocation events on
+    /// x, addresses on y (regions stacked), the heap analysis beside; hover
+    /// names a block's size, function and lifetime (traces of
+    /// `record --allocations`, or allocations inside a traced function).
+    /// With --screenshot, --hover EVENT,ROW hovers pixel row ROW.
+    #[arg(long, conflicts_with_all = ["compare", "bench_json"])]
+    pub allocations: bool,
     /// Draw offscreen, save this PNG and exit.
     #[arg(long, value_name = "PNG")]
     pub screenshot: Option<PathBuf>,

@@ -108,6 +108,7 @@ fn render_allocations(
         alpha: args.alpha,
         colour_by: args.heap_colour.into(),
         cushion: args.cushion.into(),
+        events: None,
     };
     let name = |pc: u64| symbols.locate(pc).function.clone();
     let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);

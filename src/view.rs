@@ -26,6 +26,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
         args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
     options.bench = args.bench_json;
     options.compare = args.compare;
+    options.allocations = args.allocations;
     run_viewer(options)
 }
 

@@ -279,3 +279,59 @@ fn compare_mode_links_views_through_matching_frames() {
     // Column numbers differ: the link is by frames.
     assert!(a0 > 1.5 * b1, "A's query lies far later in its trace: {a0} vs {b0}..{b1}");
 }
+
+/// Allocations mode: the tooltip under a point names a block that the
+/// decoded model holds live at that event (or says the address is free,
+/// and no live block holds it), and the side panel shows the analysis.
+#[test]
+fn allocations_mode_names_the_block_under_the_pointer() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix-view");
+    let out = record_with(&["--allocations"], &bin, &["3000"], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let peak = decoder::heap::analyse(&model, &Symbolizer::with_paths(&model.modules, SymbolPaths::default())).peak;
+    let mut checked = 0;
+    for row in [60, 200, 420] {
+        let shot = shoot(&trace, &["--allocations", "--hover", &format!("{},{row}", peak.event)]);
+        assert_eq!(shot.state["stats_shown"], true, "the analysis is shown");
+        let tooltip: Vec<String> = shot.state["tooltip"]
+            .as_array()
+            .expect("tooltip")
+            .iter()
+            .filter_map(|l| l.as_str().map(String::from))
+            .collect();
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+        let event = |line: &str, after: &str| -> u64 {
+            line.split(after)
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .expect("event")
+        };
+        match tooltip.get(1) {
+            Some(line) if line.starts_with("at ") => {
+                let (a, b) = line[3..].split_once("..").expect("a range");
+                let (start, end) = (hex(a), hex(b));
+                let block = model
+                    .allocations
+                    .iter()
+                    .find(|r| r.address == start && r.end() == end)
+                    .unwrap_or_else(|| panic!("no block {start:#x}..{end:#x} in the trace"));
+                assert!(
+                    block.alloc_event <= peak.event && block.free_event.is_none_or(|f| peak.event < f),
+                    "live at the hovered event"
+                );
+                assert_eq!(event(&tooltip[3], "allocated at event "), block.alloc_event);
+                assert!(tooltip[2].contains("churn"), "{tooltip:?}");
+                checked += 1;
+            }
+            Some(line) if line.ends_with(": free") => {
+                let address = hex(line.trim_end_matches(": free"));
+                assert!(decoder::heap::block_at(&model.allocations, address, peak.event).is_none(), "{line}");
+            }
+            _ => panic!("unexpected tooltip {tooltip:?}"),
+        }
+    }
+    assert!(checked > 0, "at the peak, some hovered point is in a block");
+}

@@ -203,6 +203,16 @@ pub fn size_class(size: u64) -> &'static str {
     SizeClass::of(size).name()
 }
 
+/// The heap block holding `address` just after allocation event `event`
+/// (the latest allocated, if a recording missed a free).
+pub fn block_at(records: &[AllocationRecord], address: u64, event: u64) -> Option<&AllocationRecord> {
+    records
+        .iter()
+        .filter(|r| is_heap_block(r) && r.contains(address))
+        .filter(|r| r.alloc_event <= event && r.free_event.is_none_or(|f| event < f))
+        .max_by_key(|r| r.alloc_event)
+}
+
 /// The bytes a block occupies for fragmentation: its usable size when
 /// known, else its request.
 fn extent(r: &AllocationRecord) -> (u64, u64) {

@@ -87,6 +87,8 @@ pub struct HeapView {
     pub colour_by: HeapColourBy,
     /// Shading.
     pub cushion: Cushion,
+    /// Allocation events shown, `[from, to)` (`None`: all).
+    pub events: Option<(f64, f64)>,
 }
 
 /// Where a region of the address space is in the picture.
@@ -100,6 +102,15 @@ pub struct RegionBand {
     pub top: f64,
     /// Bottom pixel row.
     pub bottom: f64,
+}
+
+impl HeapPicture {
+    /// The address at pixel row `y`, if it is inside a region.
+    pub fn address_at(&self, y: f64) -> Option<u64> {
+        let b = self.bands.iter().find(|b| y >= b.top && y < b.bottom)?;
+        let t = (y - b.top) / (b.bottom - b.top).max(1e-9);
+        Some(b.start + (t * (b.end - b.start) as f64) as u64)
+    }
 }
 
 impl RegionBand {
@@ -138,14 +149,20 @@ pub fn render_heap(
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
     let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
     let events = events.max(1);
+    let (from, to) = view.events.unwrap_or((0.0, events as f64));
+    let span = (to - from).max(1e-9);
     let bands = layout(&heap, f64::from(main_h));
     let mut image = Image::new(w, h, BACKGROUND);
     let mut cells = vec![Coverage::default(); w as usize * main_h as usize];
-    let x_of = |e: u64| e as f64 / events as f64 * f64::from(w);
+    let x_of = |e: u64| ((e as f64 - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
     for r in &heap {
         let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
         let (x0, x1) = (x_of(r.alloc_event), x_of(r.free_event.unwrap_or(events)).max(x_of(r.alloc_event) + 1e-3));
+        if x1 <= 0.0 || x0 >= f64::from(w) {
+            continue;
+        }
+        let x0 = x0.max(0.0);
         let (y0, y1) = (band.y(r.address), band.y(r.address.saturating_add(r.size.max(1))));
         let y1 = y1.max(y0 + 1e-3);
         let base = match view.colour_by {
@@ -187,7 +204,7 @@ pub fn render_heap(
         }
     }
     let occupancy_top = main_h + OCCUPANCY_GAP;
-    for (x, level) in occupancy(&heap, events, w).into_iter().enumerate() {
+    for (x, level) in occupancy(&heap, (from, span), w).into_iter().enumerate() {
         let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level];
         let bar = (level * f64::from(OCCUPANCY_PX)).ceil() as u32;
         for y in 0..OCCUPANCY_PX {
@@ -225,8 +242,9 @@ fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
         .collect()
 }
 
-/// Per pixel column, the highest live bytes in its events over the peak.
-fn occupancy(heap: &[&AllocationRecord], events: u64, width: u32) -> Vec<f64> {
+/// Per pixel column, the highest live bytes in its events over the peak of
+/// the whole run; `window` is (first event shown, events shown).
+fn occupancy(heap: &[&AllocationRecord], window: (f64, f64), width: u32) -> Vec<f64> {
     let mut delta: Vec<(u64, i64)> = Vec::with_capacity(heap.len() * 2);
     for r in heap {
         delta.push((r.alloc_event, r.size as i64));
@@ -235,22 +253,28 @@ fn occupancy(heap: &[&AllocationRecord], events: u64, width: u32) -> Vec<f64> {
         }
     }
     delta.sort_by_key(|d| (d.0, d.1 < 0));
-    let mut column_max = vec![0i64; width as usize];
-    let mut live = 0i64;
+    let mut column_max = vec![-1i64; width as usize];
+    let (mut live, mut peak, mut before) = (0i64, 1i64, 0i64);
     for (e, d) in delta {
         live += d;
-        let x = ((e as f64 / events as f64 * f64::from(width)) as usize).min(width as usize - 1);
-        column_max[x] = column_max[x].max(live);
+        peak = peak.max(live);
+        let x = (e as f64 - window.0) / window.1 * f64::from(width);
+        if x < 0.0 {
+            before = live;
+        } else if x < f64::from(width) {
+            let x = x as usize;
+            column_max[x] = column_max[x].max(live);
+        }
     }
     // Columns with no event keep the level of the last one.
-    let mut last = 0;
+    let mut last = before;
     for v in &mut column_max {
-        if *v == 0 {
+        if *v < 0 {
             *v = last;
         }
         last = *v;
     }
-    let peak = column_max.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let peak = peak as f64;
     column_max.into_iter().map(|v| v.max(0) as f64 / peak).collect()
 }
 
@@ -270,6 +294,7 @@ mod tests {
             alpha,
             colour_by: HeapColourBy::SizeClass,
             cushion: Cushion::None,
+            events: None,
         }
     }
 
@@ -304,6 +329,20 @@ mod tests {
         assert!(bright(1.0) <= bg + 3, "box filter: lost in the background");
         assert!(bright(0.3) > bright(1.0) && bright(0.1) > bright(0.3), "lower alpha, brighter");
         assert!(bright(0.1) > bg + 60, "alpha 0.1: visible ({} vs {bg})", bright(0.1));
+    }
+
+    #[test]
+    fn a_window_of_events_fills_the_width() {
+        let records = vec![block(0x1000, 0x800, 0, Some(50)), block(0x1800, 0x800, 60, None)];
+        let v = HeapView { events: Some((40.0, 70.0)), ..view(1.0) };
+        let p = render_heap(&records, 100, &v, &|_| String::new());
+        let bg = crate::raster::to_rgba8(BACKGROUND);
+        // Events 40..70 over 100 pixels: the first block until x 33, the
+        // second from x 67.
+        assert_ne!(p.image.pixel(30, 10), bg);
+        assert_eq!(p.image.pixel(36, 10), bg);
+        assert_eq!(p.image.pixel(64, 80), bg);
+        assert_ne!(p.image.pixel(70, 80), bg);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod heap;
 pub mod jobs;
 pub mod paint;
 pub mod search;
@@ -106,6 +107,8 @@ pub struct ViewerOptions {
     pub bench: Option<PathBuf>,
     /// A second trace: compare mode, `trace` is A and this is B.
     pub compare: Option<PathBuf>,
+    /// Allocations mode: the heap's time x address picture.
+    pub allocations: bool,
 }
 
 impl ViewerOptions {
@@ -120,6 +123,7 @@ impl ViewerOptions {
             screenshot: None,
             bench: None,
             compare: None,
+            allocations: false,
         }
     }
 }
@@ -170,6 +174,7 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     .add_systems(Startup, spawn_camera);
     match options.compare.clone() {
         Some(b) => app.add_plugins(compare::ComparePlugin { options: options.clone(), b }),
+        None if options.allocations => app.add_plugins(heap::HeapPlugin { options: options.clone() }),
         None => app.add_plugins(ViewerPlugin { options: options.clone() }),
     };
     if options.screenshot.is_none() && options.bench.is_none() {

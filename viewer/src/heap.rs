@@ -1,0 +1,335 @@
+//! Allocations mode (`linetrace view --allocations FILE`): the heap as a
+//! dense time x address picture ([`decoder::heap_raster`]), drawn in the
+//! background at the window's size, with hover telling which block, from
+//! which function, how big and how long it lived.
+//!
+//! - The wheel zooms the allocation events at the pointer, drag pans, `0`
+//!   shows all; the address axis always shows every region (unmapped space
+//!   collapsed).
+//! - The toolbar picks what colours say (function, thread, size class,
+//!   lifetime), the cushion profile and the anti-aliasing exponent.
+//! - The side panel is `report --allocations`: totals, peak, leaks, waste,
+//!   size classes.
+
+use std::sync::Arc;
+
+use bevy::prelude::*;
+use bevy_egui::{EguiContexts, egui};
+use decoder::heap::HeapReport;
+use decoder::heap_raster::{Cushion, HeapColourBy, HeapPicture, HeapView, render_heap};
+
+use crate::ViewerOptions;
+use crate::jobs::Job;
+use crate::session::{Loaded, Session};
+use crate::ui::{Activity, UiReport};
+use crate::view::Viewport;
+
+/// What the picture depends on.
+#[derive(Clone, Debug, PartialEq)]
+struct PictureKey {
+    generation: u32,
+    size: (u32, u32),
+    events: (f64, f64),
+    colour_by: HeapColourBy,
+    cushion: Cushion,
+    alpha: f64,
+}
+
+/// The allocations mode's state.
+#[derive(Resource)]
+pub struct HeapMode {
+    session: Session,
+    /// Allocation events in view (x) and the whole run: a [`Viewport`]
+    /// whose columns are events.
+    pub view: Viewport,
+    colour_by: HeapColourBy,
+    cushion: Cushion,
+    alpha: f64,
+    picture: Job<PictureKey, Arc<HeapPicture>>,
+    analysis: Job<u32, Arc<HeapReport>>,
+    texture: Option<(egui::TextureHandle, PictureKey)>,
+    forced_hover: Option<(u64, Option<usize>)>,
+    ignore_pointer: bool,
+    fitted: bool,
+}
+
+/// The allocations mode's resources and systems.
+pub struct HeapPlugin {
+    /// How it was opened.
+    pub options: ViewerOptions,
+}
+
+impl Plugin for HeapPlugin {
+    fn build(&self, app: &mut App) {
+        let o = &self.options;
+        app.insert_resource(HeapMode {
+            session: Session::open(o.trace.clone(), o.decode, o.symbol_paths.clone()),
+            view: Viewport::default(),
+            colour_by: HeapColourBy::Function,
+            cushion: Cushion::Parabolic,
+            alpha: 0.6,
+            picture: Job::default(),
+            analysis: Job::default(),
+            texture: None,
+            forced_hover: o.screenshot.as_ref().and_then(|s| s.hover),
+            ignore_pointer: o.screenshot.is_some() || o.bench.is_some(),
+            fitted: false,
+        })
+        .init_resource::<UiReport>()
+        .init_resource::<Activity>()
+        .add_systems(bevy_egui::EguiPrimaryContextPass, heap_ui);
+    }
+}
+
+fn heap_ui(
+    mut contexts: EguiContexts,
+    mut mode: ResMut<HeapMode>,
+    mut report: ResMut<UiReport>,
+    mut activity: ResMut<Activity>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    let m = &mut *mode;
+    let HeapMode { session, view, .. } = m;
+    session.poll(view);
+    m.picture.poll();
+    m.analysis.poll();
+    *report = UiReport { loaded: m.session.loaded.is_some(), ..UiReport::default() };
+    let loaded = m.session.loaded.clone();
+    if let Some(l) = &loaded {
+        if !m.fitted {
+            m.view.set_extent(l.model.total.allocations.max(1) as f64, 1.0);
+            m.view.reset();
+            m.fitted = true;
+        }
+        let (model, symbols) = (l.model.clone(), l.symbols.clone());
+        m.analysis.want(l.generation, move |_| Some(Arc::new(decoder::heap::analyse(&model, &symbols))));
+    }
+    let mut root =
+        egui::Ui::new(ctx.clone(), "linetrace-heap".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
+    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, m));
+    egui::Panel::bottom("status").show(&mut root, |ui| {
+        let text = status(m, loaded.as_ref());
+        ui.label(egui::RichText::new(&text).monospace().size(11.0));
+        report.status = text;
+    });
+    egui::Panel::right("side").resizable(true).default_size(360.0).show(&mut root, |ui| {
+        egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = side_panel(ui, m));
+    });
+    egui::CentralPanel::default().show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
+    if let Some(e) = &m.session.error {
+        report.error = Some(format!("the trace could not be decoded: {e}"));
+    }
+    let hover_ready = m.forced_hover.is_none() || !report.tooltip.is_empty();
+    report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
+    activity.0 = m.session.loading.is_some() || m.picture.busy() || m.analysis.busy();
+    Ok(())
+}
+
+fn toolbar(ui: &mut egui::Ui, m: &mut HeapMode) {
+    ui.horizontal(|ui| {
+        ui.strong("linetrace — allocations");
+        ui.separator();
+        if ui.button("Fit all (0)").clicked() {
+            m.view.reset();
+        }
+        ui.label("colour:");
+        egui::ComboBox::from_id_salt("heap-colour").selected_text(colour_name(m.colour_by)).show_ui(ui, |ui| {
+            for c in [HeapColourBy::Function, HeapColourBy::Thread, HeapColourBy::SizeClass, HeapColourBy::Lifetime] {
+                ui.selectable_value(&mut m.colour_by, c, colour_name(c));
+            }
+        });
+        ui.label("cushion:");
+        egui::ComboBox::from_id_salt("cushion").selected_text(format!("{:?}", m.cushion).to_lowercase()).show_ui(
+            ui,
+            |ui| {
+                for c in [Cushion::Parabolic, Cushion::Plateau, Cushion::None] {
+                    ui.selectable_value(&mut m.cushion, c, format!("{c:?}").to_lowercase());
+                }
+            },
+        );
+        ui.add(egui::Slider::new(&mut m.alpha, 0.05..=2.0).logarithmic(true).text("alpha"));
+    });
+}
+
+fn colour_name(c: HeapColourBy) -> &'static str {
+    match c {
+        HeapColourBy::Function => "allocating function",
+        HeapColourBy::Thread => "thread",
+        HeapColourBy::SizeClass => "size class",
+        HeapColourBy::Lifetime => "lifetime",
+    }
+}
+
+fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
+    let file = m.session.path.display().to_string();
+    if let Some(e) = &m.session.error {
+        return format!("{file}: cannot show this trace: {e}");
+    }
+    let Some(l) = loaded else {
+        return format!("{file}: decoding… {:.0}%", 100.0 * m.session.progress().unwrap_or(0.0));
+    };
+    format!(
+        "{file}  ·  {}  ·  {} allocation events  ·  view {:.0}..{:.0}",
+        l.model.metadata.argv.join(" "),
+        l.model.total.allocations,
+        m.view.columns.0,
+        m.view.columns.1
+    )
+}
+
+/// The `report --allocations` numbers; true once they are shown.
+fn side_panel(ui: &mut egui::Ui, m: &HeapMode) -> bool {
+    let Some((_, h)) = m.analysis.latest() else {
+        ui.spinner();
+        return false;
+    };
+    ui.heading("Heap");
+    egui::Grid::new("heap-totals").striped(true).show(ui, |ui| {
+        for (k, v) in [
+            ("blocks", format!("{} ({} bytes)", h.blocks, h.bytes)),
+            ("freed", h.frees.to_string()),
+            ("reallocs", format!("{} in place, {} moved", h.reallocs_in_place, h.reallocs_moved)),
+            ("peak", format!("{} bytes in {} blocks at event {}", h.peak.bytes, h.peak.blocks, h.peak.event)),
+            ("at end", format!("{} bytes in {} blocks", h.at_end.bytes, h.at_end.blocks)),
+            ("waste", format!("{} bytes over {} blocks", h.waste, h.usable_known)),
+            ("mappings", format!("{} ({} bytes)", h.mappings, h.mapped_bytes)),
+        ] {
+            ui.label(k);
+            ui.label(v);
+            ui.end_row();
+        }
+    });
+    ui.separator();
+    ui.strong("size classes");
+    egui::Grid::new("classes").striped(true).show(ui, |ui| {
+        for c in &h.size_classes {
+            ui.label(c.class);
+            ui.label(format!("{} blocks, {} bytes, {} waste", c.blocks, c.bytes, c.waste));
+            ui.end_row();
+        }
+    });
+    ui.separator();
+    ui.strong("live at the end, by allocating function");
+    for r in h.leaks.iter().take(15) {
+        ui.label(format!("{:>8} B {:>5}  {} ({})", r.bytes, r.blocks, r.function, r.line));
+    }
+    ui.separator();
+    ui.strong("most bytes allocated");
+    for r in h.top_by_bytes.iter().take(15) {
+        ui.label(format!("{:>10} B {:>6}  {}", r.bytes, r.blocks, r.function));
+    }
+    true
+}
+
+fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: Option<&Loaded>, report: &mut UiReport) {
+    let rect = ui.available_rect_before_wrap();
+    let painter = ui.painter_at(rect);
+    painter.rect_filled(rect, 0.0, egui::Color32::from_rgb(18, 18, 23));
+    let Some(l) = loaded else {
+        crate::paint::centred_message(&painter, rect, "decoding…", 15.0);
+        ctx.request_repaint();
+        return;
+    };
+    if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {
+        crate::paint::centred_message(&painter, rect, "this trace has no heap blocks", 15.0);
+        return;
+    }
+    let ppp = ctx.pixels_per_point();
+    let size = ((rect.width() * ppp).round().max(16.0) as u32, (rect.height() * ppp).round().max(64.0) as u32);
+    let key = PictureKey {
+        generation: l.generation,
+        size,
+        events: m.view.columns,
+        colour_by: m.colour_by,
+        cushion: m.cushion,
+        alpha: m.alpha,
+    };
+    let (model, symbols, k) = (l.model.clone(), l.symbols.clone(), key.clone());
+    m.picture.want(key.clone(), move |_| {
+        let view = HeapView {
+            width: k.size.0,
+            height: k.size.1,
+            alpha: k.alpha,
+            colour_by: k.colour_by,
+            cushion: k.cushion,
+            events: Some(k.events),
+        };
+        let name = |pc: u64| symbols.locate(pc).function.clone();
+        Some(Arc::new(render_heap(&model.allocations, model.total.allocations, &view, &name)))
+    });
+    if let Some((k, p)) = m.picture.latest() {
+        if m.texture.as_ref().is_none_or(|(_, have)| have != k) {
+            let image = egui::ColorImage::from_rgba_unmultiplied(
+                [p.image.width as usize, p.image.height as usize],
+                &p.image.rgba,
+            );
+            m.texture = Some((ctx.load_texture("heap", image, egui::TextureOptions::NEAREST), k.clone()));
+        }
+    }
+    if let Some((tex, k)) = &m.texture {
+        // An older picture stretched to where its events are now.
+        let x = |e: f64| rect.left() + ((e - m.view.columns.0) / m.view.width()) as f32 * rect.width();
+        let placed = egui::Rect::from_x_y_ranges(x(k.events.0)..=x(k.events.1), rect.y_range());
+        painter.image(
+            tex.id(),
+            placed,
+            egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+            egui::Color32::WHITE,
+        );
+        report.sharp = *k == key;
+        report.picture = true;
+    }
+    report.bitmap = crate::paint::rect4(rect, ppp);
+    report.columns = m.view.columns;
+
+    // Navigation: the wheel zooms events at the pointer, drag pans.
+    let response = ui.interact(rect, ui.id().with("heap"), egui::Sense::click_and_drag());
+    let pointer = ctx.pointer_hover_pos().filter(|_| !m.ignore_pointer);
+    for command in crate::paint::navigate(ui, &response, egui::Rect::NOTHING, rect, pointer) {
+        crate::view::apply(&mut m.view, command);
+    }
+    if ctx.input(|i| i.key_pressed(egui::Key::Num0)) && !ctx.egui_wants_keyboard_input() {
+        m.view.reset();
+    }
+
+    // Hover: the block under the pointer.
+    let Some((_, picture)) = m.picture.latest().filter(|(k, _)| *k == key) else { return };
+    let at = match m.forced_hover {
+        Some((event, row)) => {
+            let y = row.unwrap_or(0) as f32 / ppp;
+            Some(egui::pos2(
+                rect.left() + ((event as f64 + 0.5 - m.view.columns.0) / m.view.width()) as f32 * rect.width(),
+                rect.top() + y,
+            ))
+        }
+        None => pointer.filter(|p| rect.contains(*p)),
+    };
+    let Some(p) = at else { return };
+    let event = m.view.column_at(f64::from((p.x - rect.left()) / rect.width())).max(0.0) as u64;
+    let lines = match picture.address_at(f64::from((p.y - rect.top()) * ppp)) {
+        Some(address) => match decoder::heap::block_at(&l.model.allocations, address, event) {
+            Some(b) => block_lines(b, l, event),
+            None => vec![format!("event {event}"), format!("{address:#x}: free")],
+        },
+        None => vec![format!("event {event}")],
+    };
+    painter.line_segment(
+        [egui::pos2(p.x, rect.top()), egui::pos2(p.x, rect.bottom())],
+        egui::Stroke::new(1.0, egui::Color32::from_white_alpha(80)),
+    );
+    crate::paint::tooltip(ctx, p, &lines);
+    report.tooltip = lines;
+}
+
+fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, event: u64) -> Vec<String> {
+    let at = l.symbols.locate(b.callsite);
+    let freed = b.free_event.map_or("never freed".to_string(), |f| format!("freed at event {f}"));
+    let usable = if b.usable > 0 { format!(" ({} usable)", b.usable) } else { String::new() };
+    vec![
+        format!("{} of {} bytes{usable}", b.kind.name(), b.size),
+        format!("at {:#x}..{:#x}", b.address, b.end()),
+        format!("from {} ({})", at.function, at.file_line()),
+        format!("thread {}, allocated at event {}, {freed}", b.thread, b.alloc_event),
+        format!("{}; hovered at event {event}", decoder::heap::size_class(b.size)),
+    ]
+}
