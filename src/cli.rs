@@ -389,6 +389,10 @@ pub struct RenderArgs {
     /// neighbours of one colour stay apart.
     #[arg(long, value_enum, default_value_t = CushionArg::Parabolic, requires = "allocations")]
     pub cushion: CushionArg,
+    /// With --allocations: wall-clock time on x instead of allocation
+    /// events (quiet periods show; needs a trace of `record --allocations`).
+    #[arg(long, requires = "allocations")]
+    pub wall_clock: bool,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,

@@ -108,7 +108,8 @@ fn render_allocations(
         alpha: args.alpha,
         colour_by: args.heap_colour.into(),
         cushion: args.cushion.into(),
-        events: None,
+        clock: if args.wall_clock { decoder::heap_raster::Clock::Wall } else { decoder::heap_raster::Clock::Events },
+        range: None,
     };
     let name = |pc: u64| symbols.locate(pc).function.clone();
     let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);
@@ -120,7 +121,11 @@ fn render_allocations(
         let at = Point::new(3, band.top as i32 + 1);
         let _ = Text::with_baseline(&format!("{:#x}", band.start), at, style, Baseline::Top).draw(&mut canvas);
     }
-    let label = format!("live bytes over {} allocation events (peak = full)", picture.events);
+    let axis = axis_label(&picture.axis);
+    if args.wall_clock && picture.axis.clock != decoder::heap_raster::Clock::Wall {
+        eprintln!("linetrace: note: the calls were not timed (a ptrace trace): x counts allocation events");
+    }
+    let label = format!("live bytes over {axis} (peak = full)");
     let _ = Text::with_baseline(&label, Point::new(3, picture.occupancy_top as i32 + 5), style, Baseline::Top)
         .draw(&mut canvas);
     let file = out.create()?;
@@ -130,14 +135,21 @@ fn render_allocations(
     }
     out.commit()?;
     eprintln!(
-        "linetrace: wrote {} ({}x{}, {} heap regions, {} allocation events)",
+        "linetrace: wrote {} ({}x{}, {} heap regions, {axis})",
         args.output.display(),
         picture.image.width,
         picture.image.height,
         picture.bands.len(),
-        picture.events
     );
     Ok(())
+}
+
+/// What the x axis of a heap picture spans, for people.
+pub fn axis_label(axis: &decoder::heap_raster::TimeAxis) -> String {
+    match axis.clock {
+        decoder::heap_raster::Clock::Events => format!("{:.0} allocation events", axis.extent),
+        decoder::heap_raster::Clock::Wall => format!("{:.3} s", axis.extent / 1e9),
+    }
 }
 
 /// Writes function names into the flamegraph bars wide enough for them.

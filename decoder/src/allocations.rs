@@ -31,6 +31,11 @@ pub struct AllocationRecord {
     /// The allocator's usable size (`malloc_usable_size`; 0: not recorded,
     /// as by the ptrace backend).
     pub usable: u64,
+    /// When it was allocated, CLOCK_MONOTONIC nanoseconds (`None`: not
+    /// recorded).
+    pub alloc_ns: Option<u64>,
+    /// When it was freed.
+    pub free_ns: Option<u64>,
     /// Thread that created it.
     pub thread: u32,
     /// Reads that fell into it.
@@ -58,6 +63,8 @@ impl AllocationRecord {
             alloc_event: alloc,
             free_event: free,
             usable: 0,
+            alloc_ns: None,
+            free_ns: None,
         }
     }
 

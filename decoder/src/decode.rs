@@ -364,6 +364,8 @@ struct EventStage {
     alloc_events: u64,
     /// The record the last allocation event created (its details follow).
     last_created: Option<usize>,
+    /// The record the last allocation event freed.
+    last_freed: Option<usize>,
     /// Live blocks by start address -> index in `allocations`.
     live: BTreeMap<u64, usize>,
     last_block: Option<usize>,
@@ -391,6 +393,7 @@ impl EventStage {
             allocations: Vec::new(),
             alloc_events: 0,
             last_created: None,
+            last_freed: None,
             live: BTreeMap::new(),
             last_block: None,
             snapshots: Vec::new(),
@@ -443,9 +446,13 @@ impl EventStage {
                     totals.allocations += 1;
                     self.allocation(thread, &a);
                 }
-                Event::AllocDetail { usable, .. } => {
+                Event::AllocDetail { usable, time_ns } => {
                     if let Some(r) = self.last_created.take().and_then(|i| self.allocations.get_mut(i)) {
                         r.usable = usable;
+                        r.alloc_ns = Some(time_ns);
+                    }
+                    if let Some(r) = self.last_freed.take().and_then(|i| self.allocations.get_mut(i)) {
+                        r.free_ns = Some(time_ns);
                     }
                 }
                 Event::Stepped { count } => totals.instructions += count,
@@ -570,6 +577,7 @@ impl EventStage {
         let event = self.alloc_events;
         self.alloc_events += 1;
         self.last_created = None;
+        self.last_freed = None;
         let release = |this: &mut Self, ptr: u64| {
             if ptr == 0 {
                 return;
@@ -578,6 +586,7 @@ impl EventStage {
                 Some(i) => {
                     this.allocations[i].free_column = Some(this.column);
                     this.allocations[i].free_event = Some(event);
+                    this.last_freed = Some(i);
                     this.set.send(SetOp::Free { start: ptr });
                 }
                 None => this.metrics.foreign_frees += 1,
@@ -607,6 +616,8 @@ impl EventStage {
             alloc_event: event,
             free_event: None,
             usable: 0,
+            alloc_ns: None,
+            free_ns: None,
             thread,
             reads: 0,
             writes: 0,

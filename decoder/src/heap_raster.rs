@@ -16,6 +16,8 @@
 //!   one colour stay apart.
 //! - **Occupancy bar.** Beneath, per pixel column, the highest live bytes
 //!   in its events over the peak: blue low, red high.
+//! - **Time.** x counts allocation events, or wall-clock time where the
+//!   calls were timed ([`TimeAxis`]).
 
 use std::collections::HashMap;
 
@@ -74,6 +76,70 @@ impl Cushion {
     }
 }
 
+/// What the x axis counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Clock {
+    /// Allocation events: every allocator call one step.
+    #[default]
+    Events,
+    /// Wall-clock time (nanoseconds since the first call), where the
+    /// recorder timed the calls (`record --allocations`); quiet periods
+    /// become visible.
+    Wall,
+}
+
+/// The x axis of a heap picture: where each block starts and ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimeAxis {
+    /// The clock actually used (wall clock falls back to events when the
+    /// calls were not timed).
+    pub clock: Clock,
+    /// First time (wall clock, ns).
+    origin: u64,
+    /// Length of the axis: events, or nanoseconds.
+    pub extent: f64,
+}
+
+impl TimeAxis {
+    /// The axis of `clock` for a run of `events` events.
+    pub fn new(records: &[AllocationRecord], events: u64, clock: Clock) -> TimeAxis {
+        let heap = records.iter().filter(|r| is_heap_block(r));
+        let timed = clock == Clock::Wall && heap.clone().all(|r| r.alloc_ns.is_some());
+        let times = || heap.clone().flat_map(|r| [r.alloc_ns, r.free_ns]).flatten();
+        match (timed, times().min(), times().max()) {
+            (true, Some(first), Some(last)) => {
+                TimeAxis { clock: Clock::Wall, origin: first, extent: (last - first).max(1) as f64 }
+            }
+            _ => TimeAxis { clock: Clock::Events, origin: 0, extent: events.max(1) as f64 },
+        }
+    }
+
+    /// Where a block starts on the axis.
+    pub fn start(&self, r: &AllocationRecord) -> f64 {
+        match self.clock {
+            Clock::Events => r.alloc_event as f64,
+            Clock::Wall => r.alloc_ns.map_or(0.0, |t| t.saturating_sub(self.origin) as f64),
+        }
+    }
+
+    /// Where it ends (never, if never freed: infinity).
+    pub fn end(&self, r: &AllocationRecord) -> f64 {
+        let end = match self.clock {
+            Clock::Events => r.free_event.map(|e| e as f64),
+            Clock::Wall => r.free_ns.map(|t| t.saturating_sub(self.origin) as f64),
+        };
+        end.unwrap_or(f64::INFINITY)
+    }
+
+    /// The heap block holding `address` at axis position `x`.
+    pub fn block_at<'r>(&self, records: &'r [AllocationRecord], address: u64, x: f64) -> Option<&'r AllocationRecord> {
+        records
+            .iter()
+            .filter(|r| is_heap_block(r) && r.contains(address) && self.start(r) <= x && x < self.end(r))
+            .max_by_key(|r| r.alloc_event)
+    }
+}
+
 /// The picture wanted.
 #[derive(Clone, Copy, Debug)]
 pub struct HeapView {
@@ -87,8 +153,10 @@ pub struct HeapView {
     pub colour_by: HeapColourBy,
     /// Shading.
     pub cushion: Cushion,
-    /// Allocation events shown, `[from, to)` (`None`: all).
-    pub events: Option<(f64, f64)>,
+    /// What x counts.
+    pub clock: Clock,
+    /// The part of the axis shown, `[from, to)` in its units (`None`: all).
+    pub range: Option<(f64, f64)>,
 }
 
 /// Where a region of the address space is in the picture.
@@ -129,8 +197,8 @@ pub struct HeapPicture {
     pub bands: Vec<RegionBand>,
     /// Top row of the occupancy bar.
     pub occupancy_top: u32,
-    /// Allocation events on the x axis.
-    pub events: u64,
+    /// The x axis.
+    pub axis: TimeAxis,
 }
 
 /// Colours of the size classes, in [`SizeClass`] order: blue, green,
@@ -148,17 +216,17 @@ pub fn render_heap(
     let (w, h) = (view.width.max(1), view.height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8));
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
     let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
-    let events = events.max(1);
-    let (from, to) = view.events.unwrap_or((0.0, events as f64));
+    let axis = TimeAxis::new(records, events, view.clock);
+    let (from, to) = view.range.unwrap_or((0.0, axis.extent));
     let span = (to - from).max(1e-9);
     let bands = layout(&heap, f64::from(main_h));
     let mut image = Image::new(w, h, BACKGROUND);
     let mut cells = vec![Coverage::default(); w as usize * main_h as usize];
-    let x_of = |e: u64| ((e as f64 - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
+    let x_of = |t: f64| ((t - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
     for r in &heap {
         let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
-        let (x0, x1) = (x_of(r.alloc_event), x_of(r.free_event.unwrap_or(events)).max(x_of(r.alloc_event) + 1e-3));
+        let (x0, x1) = (x_of(axis.start(r)), x_of(axis.end(r)).max(x_of(axis.start(r)) + 1e-3));
         if x1 <= 0.0 || x0 >= f64::from(w) {
             continue;
         }
@@ -171,8 +239,8 @@ pub fn render_heap(
             HeapColourBy::SizeClass => CLASS_COLOURS[SizeClass::of(r.size) as usize],
             HeapColourBy::Lifetime => match r.free_event {
                 None => [0.6, 0.6, 0.6],
-                Some(f) => {
-                    let t = ((f - r.alloc_event + 1) as f64).ln() / (events as f64 + 1.0).ln();
+                Some(_) => {
+                    let t = ((axis.end(r) - axis.start(r)).max(0.0) + 1.0).ln() / (axis.extent + 1.0).ln();
                     [0.2 + 0.75 * t, 0.35, 0.95 - 0.75 * t]
                 }
             },
@@ -204,7 +272,7 @@ pub fn render_heap(
         }
     }
     let occupancy_top = main_h + OCCUPANCY_GAP;
-    for (x, level) in occupancy(&heap, (from, span), w).into_iter().enumerate() {
+    for (x, level) in occupancy(&heap, &axis, (from, span), w).into_iter().enumerate() {
         let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level];
         let bar = (level * f64::from(OCCUPANCY_PX)).ceil() as u32;
         for y in 0..OCCUPANCY_PX {
@@ -212,7 +280,7 @@ pub fn render_heap(
             image.set(x as u32, occupancy_top + y, c);
         }
     }
-    HeapPicture { image, bands, occupancy_top, events }
+    HeapPicture { image, bands, occupancy_top, axis }
 }
 
 /// Regions stacked top to bottom in `height` pixels.
@@ -244,21 +312,21 @@ fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
 
 /// Per pixel column, the highest live bytes in its events over the peak of
 /// the whole run; `window` is (first event shown, events shown).
-fn occupancy(heap: &[&AllocationRecord], window: (f64, f64), width: u32) -> Vec<f64> {
-    let mut delta: Vec<(u64, i64)> = Vec::with_capacity(heap.len() * 2);
+fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: (f64, f64), width: u32) -> Vec<f64> {
+    let mut delta: Vec<(f64, i64)> = Vec::with_capacity(heap.len() * 2);
     for r in heap {
-        delta.push((r.alloc_event, r.size as i64));
-        if let Some(f) = r.free_event {
-            delta.push((f, -(r.size as i64)));
+        delta.push((axis.start(r), r.size as i64));
+        if r.free_event.is_some() {
+            delta.push((axis.end(r), -(r.size as i64)));
         }
     }
-    delta.sort_by_key(|d| (d.0, d.1 < 0));
+    delta.sort_by(|a, b| a.0.total_cmp(&b.0).then((a.1 < 0).cmp(&(b.1 < 0))));
     let mut column_max = vec![-1i64; width as usize];
     let (mut live, mut peak, mut before) = (0i64, 1i64, 0i64);
     for (e, d) in delta {
         live += d;
         peak = peak.max(live);
-        let x = (e as f64 - window.0) / window.1 * f64::from(width);
+        let x = (e - window.0) / window.1 * f64::from(width);
         if x < 0.0 {
             before = live;
         } else if x < f64::from(width) {
@@ -294,7 +362,8 @@ mod tests {
             alpha,
             colour_by: HeapColourBy::SizeClass,
             cushion: Cushion::None,
-            events: None,
+            clock: Clock::Events,
+            range: None,
         }
     }
 
@@ -334,7 +403,7 @@ mod tests {
     #[test]
     fn a_window_of_events_fills_the_width() {
         let records = vec![block(0x1000, 0x800, 0, Some(50)), block(0x1800, 0x800, 60, None)];
-        let v = HeapView { events: Some((40.0, 70.0)), ..view(1.0) };
+        let v = HeapView { range: Some((40.0, 70.0)), ..view(1.0) };
         let p = render_heap(&records, 100, &v, &|_| String::new());
         let bg = crate::raster::to_rgba8(BACKGROUND);
         // Events 40..70 over 100 pixels: the first block until x 33, the
@@ -343,6 +412,28 @@ mod tests {
         assert_eq!(p.image.pixel(36, 10), bg);
         assert_eq!(p.image.pixel(64, 80), bg);
         assert_ne!(p.image.pixel(70, 80), bg);
+    }
+
+    #[test]
+    fn the_wall_clock_places_blocks_by_time() {
+        // Two blocks back to back in events, but the second starts after a
+        // long pause: on the wall clock it starts at 90% of the width.
+        let mut a = block(0x1000, 0x800, 0, Some(1));
+        let mut b = block(0x1800, 0x800, 2, None);
+        (a.alloc_ns, a.free_ns, b.alloc_ns) = (Some(1_000), Some(2_000), Some(9_100));
+        let records = vec![a, b];
+        let axis = TimeAxis::new(&records, 3, Clock::Wall);
+        assert_eq!((axis.clock, axis.extent), (Clock::Wall, 8_100.0));
+        assert_eq!(axis.start(&records[1]), 8_100.0, "from the first call");
+        let p = render_heap(&records, 3, &HeapView { clock: Clock::Wall, ..view(1.0) }, &|_| String::new());
+        let bg = crate::raster::to_rgba8(BACKGROUND);
+        assert_eq!(p.image.pixel(50, 80), bg, "the pause");
+        // Untimed records: events, whatever was asked.
+        let untimed = vec![block(0x1000, 16, 0, None)];
+        assert_eq!(TimeAxis::new(&untimed, 1, Clock::Wall).clock, Clock::Events);
+        assert!(
+            axis.block_at(&records, 0x1900, 8_100.0).is_some() && axis.block_at(&records, 0x1900, 8_099.0).is_none()
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
-use decoder::heap_raster::{Cushion, HeapColourBy, HeapPicture, HeapView, render_heap};
+use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, render_heap};
 
 use crate::ViewerOptions;
 use crate::jobs::Job;
@@ -29,7 +29,8 @@ use crate::view::Viewport;
 struct PictureKey {
     generation: u32,
     size: (u32, u32),
-    events: (f64, f64),
+    range: (f64, f64),
+    clock: Clock,
     colour_by: HeapColourBy,
     cushion: Cushion,
     alpha: f64,
@@ -39,9 +40,14 @@ struct PictureKey {
 #[derive(Resource)]
 pub struct HeapMode {
     session: Session,
-    /// Allocation events in view (x) and the whole run: a [`Viewport`]
-    /// whose columns are events.
+    /// The part of the time axis in view (x) and the whole run: a
+    /// [`Viewport`] whose columns are events or nanoseconds.
     pub view: Viewport,
+    clock: Clock,
+    /// The axis the view is of (its clock may have fallen back to events).
+    axis: Option<TimeAxis>,
+    /// The model generation and clock asked for that `axis` is of.
+    axis_of: Option<(u32, Clock)>,
     colour_by: HeapColourBy,
     cushion: Cushion,
     alpha: f64,
@@ -50,7 +56,6 @@ pub struct HeapMode {
     texture: Option<(egui::TextureHandle, PictureKey)>,
     forced_hover: Option<(u64, Option<usize>)>,
     ignore_pointer: bool,
-    fitted: bool,
 }
 
 /// The allocations mode's resources and systems.
@@ -65,6 +70,9 @@ impl Plugin for HeapPlugin {
         app.insert_resource(HeapMode {
             session: Session::open(o.trace.clone(), o.decode, o.symbol_paths.clone()),
             view: Viewport::default(),
+            clock: Clock::Events,
+            axis: None,
+            axis_of: None,
             colour_by: HeapColourBy::Function,
             cushion: Cushion::Parabolic,
             alpha: 0.6,
@@ -73,7 +81,6 @@ impl Plugin for HeapPlugin {
             texture: None,
             forced_hover: o.screenshot.as_ref().and_then(|s| s.hover),
             ignore_pointer: o.screenshot.is_some() || o.bench.is_some(),
-            fitted: false,
         })
         .init_resource::<UiReport>()
         .init_resource::<Activity>()
@@ -96,10 +103,12 @@ fn heap_ui(
     *report = UiReport { loaded: m.session.loaded.is_some(), ..UiReport::default() };
     let loaded = m.session.loaded.clone();
     if let Some(l) = &loaded {
-        if !m.fitted {
-            m.view.set_extent(l.model.total.allocations.max(1) as f64, 1.0);
-            m.view.reset();
-            m.fitted = true;
+        // A new model or clock: the view is of another axis.
+        if m.axis_of != Some((l.generation, m.clock)) {
+            let axis = TimeAxis::new(&l.model.allocations, l.model.total.allocations, m.clock);
+            m.view = Viewport::whole(axis.extent, 1.0);
+            m.axis = Some(axis);
+            m.axis_of = Some((l.generation, m.clock));
         }
         let (model, symbols) = (l.model.clone(), l.symbols.clone());
         m.analysis.want(l.generation, move |_| Some(Arc::new(decoder::heap::analyse(&model, &symbols))));
@@ -132,6 +141,9 @@ fn toolbar(ui: &mut egui::Ui, m: &mut HeapMode) {
         if ui.button("Fit all (0)").clicked() {
             m.view.reset();
         }
+        ui.label("x:");
+        ui.selectable_value(&mut m.clock, Clock::Events, "allocation events");
+        ui.selectable_value(&mut m.clock, Clock::Wall, "wall clock");
         ui.label("colour:");
         egui::ComboBox::from_id_salt("heap-colour").selected_text(colour_name(m.colour_by)).show_ui(ui, |ui| {
             for c in [HeapColourBy::Function, HeapColourBy::Thread, HeapColourBy::SizeClass, HeapColourBy::Lifetime] {
@@ -168,13 +180,21 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     let Some(l) = loaded else {
         return format!("{file}: decoding… {:.0}%", 100.0 * m.session.progress().unwrap_or(0.0));
     };
-    format!(
-        "{file}  ·  {}  ·  {} allocation events  ·  view {:.0}..{:.0}",
-        l.model.metadata.argv.join(" "),
-        l.model.total.allocations,
-        m.view.columns.0,
-        m.view.columns.1
-    )
+    let axis = match m.axis {
+        Some(a) if a.clock == Clock::Wall => {
+            format!("{:.3} s, view {:.6}..{:.6} s", a.extent / 1e9, m.view.columns.0 / 1e9, m.view.columns.1 / 1e9)
+        }
+        _ => format!(
+            "{} allocation events, view {:.0}..{:.0}",
+            l.model.total.allocations, m.view.columns.0, m.view.columns.1
+        ),
+    };
+    let fallback = if m.clock == Clock::Wall && m.axis.is_some_and(|a| a.clock != Clock::Wall) {
+        "  ·  the calls were not timed: x counts events"
+    } else {
+        ""
+    };
+    format!("{file}  ·  {}  ·  {axis}{fallback}", l.model.metadata.argv.join(" "))
 }
 
 /// The `report --allocations` numbers; true once they are shown.
@@ -239,7 +259,8 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     let key = PictureKey {
         generation: l.generation,
         size,
-        events: m.view.columns,
+        range: m.view.columns,
+        clock: m.axis.map_or(Clock::Events, |a| a.clock),
         colour_by: m.colour_by,
         cushion: m.cushion,
         alpha: m.alpha,
@@ -252,7 +273,8 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             alpha: k.alpha,
             colour_by: k.colour_by,
             cushion: k.cushion,
-            events: Some(k.events),
+            clock: k.clock,
+            range: Some(k.range),
         };
         let name = |pc: u64| symbols.locate(pc).function.clone();
         Some(Arc::new(render_heap(&model.allocations, model.total.allocations, &view, &name)))
@@ -267,9 +289,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         }
     }
     if let Some((tex, k)) = &m.texture {
-        // An older picture stretched to where its events are now.
+        // An older picture stretched to where its part of the axis is now.
         let x = |e: f64| rect.left() + ((e - m.view.columns.0) / m.view.width()) as f32 * rect.width();
-        let placed = egui::Rect::from_x_y_ranges(x(k.events.0)..=x(k.events.1), rect.y_range());
+        let placed = egui::Rect::from_x_y_ranges(x(k.range.0)..=x(k.range.1), rect.y_range());
         painter.image(
             tex.id(),
             placed,
@@ -305,13 +327,18 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         None => pointer.filter(|p| rect.contains(*p)),
     };
     let Some(p) = at else { return };
-    let event = m.view.column_at(f64::from((p.x - rect.left()) / rect.width())).max(0.0) as u64;
+    let x = m.view.column_at(f64::from((p.x - rect.left()) / rect.width())).max(0.0);
+    let axis = picture.axis;
+    let when = match axis.clock {
+        Clock::Events => format!("event {x:.0}"),
+        Clock::Wall => format!("{:.6} s", x / 1e9),
+    };
     let lines = match picture.address_at(f64::from((p.y - rect.top()) * ppp)) {
-        Some(address) => match decoder::heap::block_at(&l.model.allocations, address, event) {
-            Some(b) => block_lines(b, l, event),
-            None => vec![format!("event {event}"), format!("{address:#x}: free")],
+        Some(address) => match axis.block_at(&l.model.allocations, address, x) {
+            Some(b) => block_lines(b, l, &when),
+            None => vec![when.clone(), format!("{address:#x}: free")],
         },
-        None => vec![format!("event {event}")],
+        None => vec![when.clone()],
     };
     painter.line_segment(
         [egui::pos2(p.x, rect.top()), egui::pos2(p.x, rect.bottom())],
@@ -321,7 +348,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     report.tooltip = lines;
 }
 
-fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, event: u64) -> Vec<String> {
+fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, when: &str) -> Vec<String> {
     let at = l.symbols.locate(b.callsite);
     let freed = b.free_event.map_or("never freed".to_string(), |f| format!("freed at event {f}"));
     let usable = if b.usable > 0 { format!(" ({} usable)", b.usable) } else { String::new() };
@@ -330,6 +357,6 @@ fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, event: u6
         format!("at {:#x}..{:#x}", b.address, b.end()),
         format!("from {} ({})", at.function, at.file_line()),
         format!("thread {}, allocated at event {}, {freed}", b.thread, b.alloc_event),
-        format!("{}; hovered at event {event}", decoder::heap::size_class(b.size)),
+        format!("{}; hovered at {when}", decoder::heap::size_class(b.size)),
     ]
 }
