@@ -112,7 +112,8 @@ pub enum Command {
     /// (sp), alloc (fn size align in out callsite), invocation-start (index
     /// pc sp), invocation-end (index), invocation-skipped (pc), alloc-detail
     /// (usable time_ns: the allocator's usable size and the time of the alloc
-    /// before it, from `record --allocations`), thread-start
+    /// before it, from `record --allocations`), alloc-stack (stack: its
+    /// callers, a string-table id), thread-start
     /// (parent), thread-exit (status), signal (signo pc addr), stepped
     /// (count), truncated (reason), exec (path, quoted). Lines starting with
     /// `#` are comments (how the file ends, damaged regions).
@@ -263,6 +264,12 @@ pub struct RecordArgs {
     /// reads the trace.
     #[arg(long, conflicts_with_all = ["function", "max_invocations", "view"])]
     pub allocations: bool,
+    /// With --allocations: also record N callers above each call's calling
+    /// instruction (0 to 32), unwound from .eh_frame, so that leaks and
+    /// heavy allocators show their call paths. Costs about a microsecond
+    /// per call, so the default is none.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "allocations", value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub alloc_stack: u8,
     /// Open the viewer on the trace when the recording ends.
     #[arg(long)]
     pub view: bool,

@@ -84,6 +84,7 @@ fn fields(rec: &Record, sites: &[Site], strings: &[String]) -> (&'static str, Ve
         Event::AllocDetail { usable, time_ns } => {
             ("alloc-detail", vec![("usable", Unsigned(usable)), ("time_ns", Unsigned(time_ns))])
         }
+        Event::AllocStack { stack } => ("alloc-stack", vec![("stack", Unsigned(stack.into()))]),
         Event::ThreadStart { parent } => ("thread-start", vec![("parent", Unsigned(parent.into()))]),
         Event::ThreadExit { status } => ("thread-exit", vec![("status", Signed(status.into()))]),
         Event::Signal { signo, pc, addr } => {

@@ -94,5 +94,15 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     table(&mut out, "allocating function, most blocks", &h.top_by_count)?;
     table(&mut out, "allocating function, most bytes", &h.top_by_bytes)?;
     table(&mut out, "live at the end, by allocating function", &h.leaks)?;
+    if !h.leak_stacks.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "live at the end, by call stack (--alloc-stack)")?;
+        for s in h.leak_stacks.iter().take(limit) {
+            writeln!(out, "{:>9} {:>12}  {}", s.blocks, s.bytes, s.frames.first().map_or("?", String::as_str))?;
+            for f in s.frames.iter().skip(1) {
+                writeln!(out, "{:>24}  <- {f}", "")?;
+            }
+        }
+    }
     Ok(())
 }

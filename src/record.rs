@@ -21,7 +21,7 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     let replace = if args.force { Replace::Anything } else { Replace::TracesOnly };
     let out = PendingOutput::new(&path, &[&program], replace)?;
     if args.allocations {
-        return record_allocations(program, command.collect(), out, args.quiet);
+        return record_allocations(program, command.collect(), usize::from(args.alloc_stack), out, args.quiet);
     }
     let show_progress = !args.quiet;
     let tty = std::io::stderr().is_terminal();
@@ -118,6 +118,7 @@ fn exit_code(exit: instrument::TargetExit, truncated: Option<instrument::Truncat
 fn record_allocations(
     program: PathBuf,
     args: Vec<std::ffi::OsString>,
+    stack: usize,
     out: PendingOutput,
     quiet: bool,
 ) -> Result<ExitCode> {
@@ -125,6 +126,7 @@ fn record_allocations(
         program,
         args,
         output: out.partial().to_path_buf(),
+        stack,
     });
     let summary = match result {
         Ok(s) => s,

@@ -166,3 +166,29 @@ fn render_draws_the_heap_in_class_colours() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no heap blocks"));
 }
+
+/// With --alloc-stack, leaks are listed by call path: through the wrapper
+/// xmalloc to make_node (10 blocks, 480 bytes) and make_name (1, 16);
+/// without it, no stacks are recorded.
+#[test]
+fn stacks_show_who_called_the_wrapper() {
+    let bin = c_example("alloc_wrapper", &["-O1"]);
+    let (with, without) = (trace_path("wrapper-stacks"), trace_path("wrapper-nostacks"));
+    assert!(record_with(&["--allocations", "--alloc-stack", "3"], &bin, &[], &with).status.success());
+    assert!(record_allocations(&bin, &[], &without).status.success());
+    let stacks = heap_report(&with)["leak_stacks"].as_array().expect("stacks").clone();
+    let row = |caller: &str| {
+        stacks
+            .iter()
+            .find(|s| s["frames"][1].as_str().is_some_and(|f| f.starts_with(caller)))
+            .unwrap_or_else(|| panic!("no stack through {caller}: {stacks:?}"))
+    };
+    let (node, name) = (row("make_node"), row("make_name"));
+    assert_eq!((node["blocks"].as_u64(), node["bytes"].as_u64()), (Some(10), Some(480)));
+    assert_eq!((name["blocks"].as_u64(), name["bytes"].as_u64()), (Some(1), Some(16)));
+    for s in [node, name] {
+        assert!(s["frames"][0].as_str().is_some_and(|f| f.starts_with("xmalloc")), "{s}");
+        assert!(s["frames"][2].as_str().is_some_and(|f| f.starts_with("main")), "{s}");
+    }
+    assert_eq!(heap_report(&without)["leak_stacks"].as_array().map(Vec::len), Some(0));
+}

@@ -36,6 +36,8 @@ pub struct AllocationRecord {
     pub alloc_ns: Option<u64>,
     /// When it was freed.
     pub free_ns: Option<u64>,
+    /// Its callers above `callsite` ([`crate::model::Model::alloc_stacks`]).
+    pub stack: Option<u32>,
     /// Thread that created it.
     pub thread: u32,
     /// Reads that fell into it.
@@ -65,6 +67,7 @@ impl AllocationRecord {
             usable: 0,
             alloc_ns: None,
             free_ns: None,
+            stack: None,
         }
     }
 

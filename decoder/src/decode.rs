@@ -120,6 +120,7 @@ pub(crate) fn decode(
         end,
         damage: reader.damage().to_vec(),
         exec: events.exec.and_then(|id| reader.strings().get(id as usize).cloned()),
+        alloc_stacks: alloc_stacks(&events.allocations, reader.strings()),
         sites: reader.sites().to_vec(),
         modules: reader.modules().to_vec(),
         site_counts,
@@ -334,6 +335,20 @@ fn working_set_stage(
     SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, cache, site_fetches }
 }
 
+/// The stacks allocation records refer to, parsed from the string table
+/// (hexadecimal addresses separated by commas); unparsable parts are
+/// dropped.
+fn alloc_stacks(records: &[AllocationRecord], strings: &[String]) -> BTreeMap<u32, Vec<u64>> {
+    records
+        .iter()
+        .filter_map(|r| r.stack)
+        .filter_map(|id| {
+            let text = strings.get(id as usize)?;
+            Some((id, text.split(',').filter_map(|a| u64::from_str_radix(a.trim(), 16).ok()).collect()))
+        })
+        .collect()
+}
+
 /// Per-thread counts of the decoding pass.
 struct ThreadState {
     tid: u32,
@@ -447,12 +462,17 @@ impl EventStage {
                     self.allocation(thread, &a);
                 }
                 Event::AllocDetail { usable, time_ns } => {
-                    if let Some(r) = self.last_created.take().and_then(|i| self.allocations.get_mut(i)) {
+                    if let Some(r) = self.last_created.and_then(|i| self.allocations.get_mut(i)) {
                         r.usable = usable;
                         r.alloc_ns = Some(time_ns);
                     }
-                    if let Some(r) = self.last_freed.take().and_then(|i| self.allocations.get_mut(i)) {
+                    if let Some(r) = self.last_freed.and_then(|i| self.allocations.get_mut(i)) {
                         r.free_ns = Some(time_ns);
+                    }
+                }
+                Event::AllocStack { stack } => {
+                    if let Some(r) = self.last_created.and_then(|i| self.allocations.get_mut(i)) {
+                        r.stack = Some(stack);
                     }
                 }
                 Event::Stepped { count } => totals.instructions += count,
@@ -618,6 +638,7 @@ impl EventStage {
             usable: 0,
             alloc_ns: None,
             free_ns: None,
+            stack: None,
             thread,
             reads: 0,
             writes: 0,

@@ -148,6 +148,20 @@ pub struct HeapReport {
     pub top_by_bytes: Vec<SiteRow>,
     /// Blocks live at the end, by allocating function, most bytes first.
     pub leaks: Vec<SiteRow>,
+    /// Blocks live at the end, by call stack (recorded with
+    /// `--alloc-stack`), most bytes first.
+    pub leak_stacks: Vec<StackRow>,
+}
+
+/// Blocks allocated through one call stack.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StackRow {
+    /// The calling instruction, then its callers: `function (file:line)`.
+    pub frames: Vec<String>,
+    /// Blocks.
+    pub blocks: u64,
+    /// Requested bytes.
+    pub bytes: u64,
 }
 
 /// Whether a record is a heap block (not a mapping).
@@ -221,7 +235,39 @@ fn extent(r: &AllocationRecord) -> (u64, u64) {
 
 /// Analyses the allocations of `model`.
 pub fn analyse(model: &Model, symbols: &Symbolizer) -> HeapReport {
-    analyse_records(&model.allocations, model.total.allocations, symbols)
+    let mut report = analyse_records(&model.allocations, model.total.allocations, symbols);
+    report.leak_stacks = leak_stacks(model, symbols);
+    report
+}
+
+/// Most stacks listed among the leaks.
+const LEAK_STACKS: usize = 20;
+
+/// Leaked blocks by call stack, most bytes first.
+fn leak_stacks(model: &Model, symbols: &Symbolizer) -> Vec<StackRow> {
+    let mut by: HashMap<(u64, u32), (u64, u64)> = HashMap::new();
+    for r in model.allocations.iter().filter(|r| is_heap_block(r) && r.free_event.is_none()) {
+        let Some(stack) = r.stack else { continue };
+        let e = by.entry((r.callsite, stack)).or_default();
+        e.0 += 1;
+        e.1 += r.size;
+    }
+    let mut rows: Vec<((u64, u32), (u64, u64))> = by.into_iter().collect();
+    rows.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(b.1.0.cmp(&a.1.0)).then(a.0.cmp(&b.0)));
+    rows.into_iter()
+        .take(LEAK_STACKS)
+        .map(|((callsite, stack), (blocks, bytes))| {
+            let callers = model.alloc_stacks.get(&stack).map(Vec::as_slice).unwrap_or_default();
+            let frames = std::iter::once(&callsite)
+                .chain(callers)
+                .map(|&pc| {
+                    let at = symbols.locate(pc);
+                    format!("{} ({})", at.function, at.file_line())
+                })
+                .collect();
+            StackRow { frames, blocks, bytes }
+        })
+        .collect()
 }
 
 /// Analyses allocation records of a run of `events` allocation events.

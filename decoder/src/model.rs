@@ -58,7 +58,8 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// Version of this contract; bumped when a field changes meaning.
 /// 2: the bitmap summary, the allocation index, damage and exec, cursors.
 /// 3: the cache simulation (per-site misses, per-column miss flags).
-/// 4: allocation event numbers on allocation records (the heap analysis).
+/// 4: allocation event numbers, usable sizes, times and stacks on
+/// allocation records (the heap analysis).
 pub const MODEL_VERSION: u32 = 4;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
@@ -204,6 +205,9 @@ pub struct Model {
     pub damage: Vec<Damage>,
     /// The program the target exec'd into, ending the recording.
     pub exec: Option<String>,
+    /// Call stacks of allocations (callers above the calling instruction,
+    /// innermost first), by the id [`AllocationRecord::stack`] holds.
+    pub alloc_stacks: BTreeMap<u32, Vec<u64>>,
     /// The static site table.
     pub sites: Vec<Site>,
     /// Mapped modules (for symbolization).

@@ -18,6 +18,7 @@
  * The record layout is `trace_rt::agent::AgentRecord`; keep them equal. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <execinfo.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -69,7 +70,13 @@ struct header {
     _Atomic uint64_t next_chunk; /* high-water mark of claimed chunks */
     _Atomic uint64_t seq;
     _Atomic uint64_t dropped;
+    uint64_t record_bytes; /* sizeof(struct record) + 8 per stack frame */
 };
+
+/* Callers recorded above the calling instruction (LINETRACE_ALLOC_STACK,
+ * at most MAX_STACK): each record is followed by that many addresses. */
+#define MAX_STACK 32
+static int stack_depth;
 
 static char *base;
 static char maps_path[4096]; /* where /proc/self/maps is copied */
@@ -77,8 +84,8 @@ static struct header *hdr;
 static _Atomic int state; /* 0 new, 1 starting, 2 on, 3 off */
 
 #define TLS __attribute__((tls_model("initial-exec"))) static __thread
-TLS struct record *cur;
-TLS struct record *end;
+TLS char *cur;
+TLS char *end;
 TLS uint32_t my_tid;
 TLS int busy;
 
@@ -87,12 +94,17 @@ static void start(void) {
     if (!atomic_compare_exchange_strong(&state, &expected, 1)) return;
     const char *path = getenv("LINETRACE_ALLOC_OUT");
     int fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    const char *depth = getenv("LINETRACE_ALLOC_STACK");
+    stack_depth = depth ? atoi(depth) : 0;
+    if (stack_depth < 0) stack_depth = 0;
+    if (stack_depth > MAX_STACK) stack_depth = MAX_STACK;
     const char *maps = getenv("LINETRACE_ALLOC_MAPS");
     if (maps && strlen(maps) < sizeof maps_path) strcpy(maps_path, maps);
     /* A program this one execs records nothing (the agent stays loaded
      * through LD_PRELOAD, and passes calls through). */
     unsetenv("LINETRACE_ALLOC_OUT");
     unsetenv("LINETRACE_ALLOC_MAPS");
+    unsetenv("LINETRACE_ALLOC_STACK");
     if (fd < 0 || ftruncate(fd, (off_t)CAPACITY) != 0) {
         atomic_store(&state, 3);
         return;
@@ -107,6 +119,7 @@ static void start(void) {
     hdr = (struct header *)m;
     if (hdr->magic != MARKER) {
         atomic_store(&hdr->next_chunk, HEADER_BYTES);
+        hdr->record_bytes = sizeof(struct record) + 8 * (uint64_t)stack_depth;
         hdr->magic = MARKER;
     }
     atomic_store(&state, 2);
@@ -119,15 +132,16 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
         if (atomic_load(&state) != 2) return;
     }
     busy = 1;
-    if (!cur || cur + 1 > end) {
+    size_t bytes = (size_t)hdr->record_bytes;
+    if (!cur || cur + bytes > end) {
         uint64_t at = atomic_fetch_add(&hdr->next_chunk, CHUNK_BYTES);
         if (at + CHUNK_BYTES > CAPACITY) {
             atomic_fetch_add(&hdr->dropped, 1);
             busy = 0;
             return;
         }
-        cur = (struct record *)(base + at);
-        end = (struct record *)(base + at + CHUNK_BYTES);
+        cur = base + at;
+        end = base + at + CHUNK_BYTES;
         /* One system call maps the whole chunk, instead of a page fault
          * per 4 KiB (Linux 5.14+; older kernels fault as before). */
         madvise(base + at, CHUNK_BYTES, 23 /* MADV_POPULATE_WRITE */);
@@ -135,7 +149,22 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    struct record *r = cur++;
+    struct record *r = (struct record *)cur;
+    cur += bytes;
+    if (bytes > sizeof(struct record)) {
+        /* The callers above the calling instruction, from .eh_frame
+         * (glibc's backtrace, libgcc's unwinder): find our caller's
+         * return address, keep what is above it. */
+        void *frames[MAX_STACK + 8];
+        int n = backtrace(frames, stack_depth + 8);
+        int k = 0;
+        while (k < n && frames[k] != ret) k++;
+        uint64_t *stack = (uint64_t *)(r + 1);
+        for (int i = 0; i < stack_depth; i++) {
+            int at = k + 1 + i;
+            stack[i] = (k < n && at < n && frames[at]) ? (uint64_t)frames[at] - 1 : 0;
+        }
+    }
     r->seq = atomic_fetch_add_explicit(&hdr->seq, 1, memory_order_relaxed);
     r->time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     r->ptr_in = ptr_in;
@@ -179,6 +208,14 @@ static void copy_maps(void) {
 __attribute__((constructor)) static void agent_init(void) {
     start();
     copy_maps();
+    if (stack_depth > 0) {
+        /* The first backtrace loads the unwinder, which allocates: done
+         * here, unrecorded, not in the middle of the program's malloc. */
+        void *frames[2];
+        busy = 1;
+        backtrace(frames, 2);
+        busy = 0;
+    }
     pthread_atfork(NULL, NULL, after_fork_child);
 }
 

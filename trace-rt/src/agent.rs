@@ -17,6 +17,11 @@ pub const ALLOC_AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libline
 
 /// Environment variable naming the log file the agent writes.
 pub const LOG_ENV: &str = "LINETRACE_ALLOC_OUT";
+/// Environment variable with the callers to record above each call's
+/// calling instruction (0 to 32).
+pub const STACK_ENV: &str = "LINETRACE_ALLOC_STACK";
+/// Most callers the agent records.
+pub const MAX_STACK: usize = 32;
 /// Environment variable naming the file the agent copies
 /// `/proc/self/maps` to, at start and at exit.
 pub const MAPS_ENV: &str = "LINETRACE_ALLOC_MAPS";
@@ -27,7 +32,8 @@ const MARKER: u64 = 0x4c54_414c_4c4f_4321;
 const HEADER_BYTES: u64 = 4096;
 /// Bytes of a chunk a thread claims.
 const CHUNK_BYTES: usize = 64 << 10;
-/// Bytes of one record.
+/// Bytes of one record without its stack (the header says how many
+/// follow).
 pub const RECORD_BYTES: usize = 80;
 
 /// What a record stands for. Values up to 8 are
@@ -56,7 +62,7 @@ impl AgentKind {
 }
 
 /// One allocator call, as the agent wrote it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgentRecord {
     /// Global order of the call (all threads).
     pub seq: u64,
@@ -78,14 +84,21 @@ pub struct AgentRecord {
     pub tid: u32,
     /// What it was.
     pub kind: AgentKind,
+    /// Calls above the calling instruction, innermost first (empty unless
+    /// asked for, [`STACK_ENV`]).
+    pub stack: Vec<u64>,
 }
 
 impl AgentRecord {
-    fn parse(b: &[u8]) -> Option<AgentRecord> {
+    /// Parses a record of `bytes` bytes (its stack is the rest after the
+    /// fixed part).
+    fn parse(b: &[u8], bytes: usize) -> Option<AgentRecord> {
+        let b = b.get(..bytes.max(RECORD_BYTES))?;
         let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        if b.len() < RECORD_BYTES || word(9) != MARKER {
+        if word(9) != MARKER {
             return None;
         }
+        let stack = (RECORD_BYTES / 8..b.len() / 8).map(word).take_while(|&a| a != 0).collect();
         let tid_kind = word(8);
         Some(AgentRecord {
             seq: word(0),
@@ -98,6 +111,7 @@ impl AgentRecord {
             usable: word(7),
             tid: tid_kind as u32,
             kind: AgentKind::from_u32((tid_kind >> 32) as u32)?,
+            stack,
         })
     }
 }
@@ -111,6 +125,8 @@ pub struct AgentLog {
     body: Vec<u8>,
     /// Offsets of complete records in `body`, in call order.
     order: Vec<u32>,
+    /// Bytes of a record, its stack included.
+    record_bytes: usize,
     /// Calls the agent could not record (its log was full).
     pub dropped: u64,
     /// Calls numbered but missing (cut by a crash mid-record).
@@ -136,7 +152,7 @@ pub enum AgentLogError {
 impl AgentLog {
     /// Reads a log: the header, then the chunks it says were claimed.
     pub fn read(file: &mut std::fs::File) -> Result<AgentLog, AgentLogError> {
-        let mut header = [0u8; 32];
+        let mut header = [0u8; 40];
         if file.read_exact(&mut header).is_err() {
             return Err(AgentLogError::NotStarted);
         }
@@ -145,6 +161,11 @@ impl AgentLog {
             return Err(AgentLogError::NotStarted);
         }
         let (claimed, numbered, dropped) = (word(1), word(2), word(3));
+        let record_bytes = match word(4) as usize {
+            0 => RECORD_BYTES,
+            n if (RECORD_BYTES..=RECORD_BYTES + 8 * MAX_STACK).contains(&n) && n % 8 == 0 => n,
+            _ => return Err(AgentLogError::NotStarted),
+        };
         if claimed > u64::from(u32::MAX) {
             return Err(AgentLogError::TooLarge);
         }
@@ -155,16 +176,16 @@ impl AgentLog {
         // bytes.
         let mut keyed: Vec<(u64, u32)> = Vec::new();
         for (c, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
-            for (i, bytes) in chunk.chunks_exact(RECORD_BYTES).enumerate() {
-                if let Some(r) = AgentRecord::parse(bytes) {
-                    keyed.push((r.seq, (c * CHUNK_BYTES + i * RECORD_BYTES) as u32));
+            for (i, bytes) in chunk.chunks_exact(record_bytes).enumerate() {
+                if let Some(r) = AgentRecord::parse(bytes, record_bytes) {
+                    keyed.push((r.seq, (c * CHUNK_BYTES + i * record_bytes) as u32));
                 }
             }
         }
         keyed.sort_unstable_by_key(|k| k.0);
         let order: Vec<u32> = keyed.into_iter().map(|k| k.1).collect();
         let missing = numbered.saturating_sub(order.len() as u64 + dropped);
-        Ok(AgentLog { body, order, dropped, missing })
+        Ok(AgentLog { body, order, record_bytes, dropped, missing })
     }
 
     /// Complete records.
@@ -179,7 +200,7 @@ impl AgentLog {
 
     /// The records, in call order.
     pub fn records(&self) -> impl Iterator<Item = AgentRecord> + '_ {
-        self.order.iter().filter_map(|&at| AgentRecord::parse(self.body.get(at as usize..)?))
+        self.order.iter().filter_map(|&at| AgentRecord::parse(self.body.get(at as usize..)?, self.record_bytes))
     }
 }
 

@@ -22,6 +22,16 @@ const TAG_EXTENSION: u8 = 15;
 const TAG_INVOCATION_SKIPPED: u8 = 16;
 /// Extension kind of [`Event::AllocDetail`].
 const EXT_ALLOC_DETAIL: u64 = 1;
+/// Extension kind of [`Event::AllocStack`].
+const EXT_ALLOC_STACK: u64 = 2;
+
+/// An extension event: `tag kind len body`.
+fn put_extension(b: &mut Vec<u8>, kind: u64, body: &[u8]) {
+    b.push(TAG_EXTENSION);
+    put_u64(b, kind);
+    put_u64(b, body.len() as u64);
+    b.extend_from_slice(body);
+}
 
 /// Per-site "previous address" state that restarts with every chunk.
 ///
@@ -195,10 +205,12 @@ impl ChunkEncoder {
                 let mut body = Vec::new();
                 put_u64(&mut body, usable);
                 put_u64(&mut body, time_ns);
-                b.push(TAG_EXTENSION);
-                put_u64(b, EXT_ALLOC_DETAIL);
-                put_u64(b, body.len() as u64);
-                b.extend_from_slice(&body);
+                put_extension(b, EXT_ALLOC_DETAIL, &body);
+            }
+            Event::AllocStack { stack } => {
+                let mut body = Vec::new();
+                put_u64(&mut body, stack.into());
+                put_extension(b, EXT_ALLOC_STACK, &body);
             }
         }
     }
@@ -300,6 +312,9 @@ impl ChunkDecoder {
                 if kind == EXT_ALLOC_DETAIL {
                     let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
                     Event::AllocDetail { usable: body.u64().ok_or(CUT)?, time_ns: body.u64().ok_or(CUT)? }
+                } else if kind == EXT_ALLOC_STACK {
+                    let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
+                    Event::AllocStack { stack: body.u32().ok_or(CUT)? }
                 } else {
                     // A kind added after this reader: skipped.
                     c.skip(len).ok_or(CUT)?;

@@ -54,7 +54,8 @@
 //! v2 reserves the tag `Extension` (`tag kind:varint len:varint byte*`) for
 //! events added later: a reader skips extension kinds it does not know, so
 //! new kinds of events need no new version. Kind 1 is
-//! [`Event::AllocDetail`] (`usable:varint time_ns:varint`).
+//! [`Event::AllocDetail`] (`usable:varint time_ns:varint`), kind 2
+//! [`Event::AllocStack`] (`stack:varint`).
 //!
 //! # Robustness
 //!
@@ -498,6 +499,14 @@ pub enum Event {
         usable: u64,
         /// When the call returned, CLOCK_MONOTONIC nanoseconds.
         time_ns: u64,
+    },
+    /// The callers above the calling instruction of the [`Event::Alloc`]
+    /// before it on the same thread (extension kind 2): a string of the
+    /// string table, hexadecimal addresses of call instructions separated
+    /// by commas, innermost first (one string per distinct stack).
+    AllocStack {
+        /// The stack, in the string table.
+        stack: StringId,
     },
 }
 
