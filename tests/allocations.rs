@@ -192,3 +192,49 @@ fn stacks_show_who_called_the_wrapper() {
     }
     assert_eq!(heap_report(&without)["leak_stacks"].as_array().map(Vec::len), Some(0));
 }
+
+/// The second oracle, heaptrack: what it reports leaked equals our bytes
+/// live at the end (heaptrack prints 3 significant digits, "5.27M"), and
+/// its count of allocation calls is our blocks plus at most one (its own
+/// start-up allocation, which DHAT does not see either). Its peak is
+/// counted differently (within 2% here).
+#[test]
+fn heaptrack_agrees_on_leaks_and_calls() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix-heaptrack");
+    assert!(record_allocations(&bin, &["5000"], &trace).status.success());
+    let h = heap_report(&trace);
+    let dir = std::env::temp_dir().join(format!("linetrace-heaptrack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let out =
+        Command::new("heaptrack").arg("-o").arg(dir.join("ht")).arg(&bin).arg("5000").output().expect("heaptrack runs");
+    assert!(out.status.success(), "heaptrack: {}", String::from_utf8_lossy(&out.stderr));
+    let data =
+        std::fs::read_dir(&dir).expect("dir").filter_map(Result::ok).map(|e| e.path()).next().expect("heaptrack data");
+    let printed = Command::new("heaptrack_print").arg(&data).output().expect("heaptrack_print runs");
+    let text = String::from_utf8_lossy(&printed.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    let after = |label: &str| -> &str {
+        text.lines().find_map(|l| l.strip_prefix(label)).unwrap_or_else(|| panic!("no {label:?} in {text}")).trim()
+    };
+    let calls: u64 =
+        after("calls to allocation functions:").split_whitespace().next().and_then(|n| n.parse().ok()).expect("calls");
+    let megabytes = |s: &str| -> f64 {
+        let (n, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+        let n: f64 = n.parse().expect("a number");
+        n * match unit {
+            "K" => 1e3,
+            "M" => 1e6,
+            "G" => 1e9,
+            _ => 1.0,
+        }
+    };
+    let leaked = megabytes(after("total memory leaked:"));
+    let peak = megabytes(after("peak heap memory consumption:"));
+    let blocks = h["blocks"].as_u64().expect("blocks");
+    assert!(calls == blocks || calls == blocks + 1, "heaptrack's calls {calls}, our blocks {blocks}");
+    let at_end = h["at_end"]["bytes"].as_f64().expect("bytes");
+    assert!((leaked - at_end).abs() <= 0.005 * at_end, "leaked: heaptrack {leaked}, ours {at_end}");
+    let our_peak = h["peak"]["bytes"].as_f64().expect("peak");
+    assert!((peak - our_peak).abs() <= 0.02 * our_peak, "peak: heaptrack {peak}, ours {our_peak}");
+}
