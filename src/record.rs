@@ -139,7 +139,8 @@ fn record_allocations(
     out.commit()?;
     if summary.dropped > 0 {
         eprintln!(
-            "linetrace: warning: {} allocator calls were not recorded (the agent's log was full)",
+            "linetrace: warning: {} allocator calls were not recorded: the agent's log filled its file system \
+             (/dev/shm or $TMPDIR); the program ran on",
             summary.dropped
         );
     }

@@ -70,17 +70,35 @@ impl Drop for Scratch {
     }
 }
 
-/// Where the agent's log goes: memory (tmpfs) when there is one, as page
-/// faults on a disk file's shared mapping cost several times more.
+/// Where the agent's log goes: memory (tmpfs) when it has room, as page
+/// faults on a disk file's shared mapping cost several times more; the
+/// temporary directory otherwise (containers often give /dev/shm 64 MiB,
+/// a few hundred thousand calls). Either way, a log that fills its file
+/// system stops recording (the calls are counted dropped) rather than
+/// crash the program.
 fn scratch_dir() -> PathBuf {
+    const ROOM: u64 = 1 << 30;
     let shm = Path::new("/dev/shm");
-    let writable = shm.is_dir() && {
+    if free_bytes(shm).is_some_and(|free| free >= ROOM) {
         let probe = shm.join(format!("linetrace-{}-probe", std::process::id()));
-        let ok = File::create(&probe).is_ok();
+        let writable = File::create(&probe).is_ok();
         let _ = std::fs::remove_file(&probe);
-        ok
-    };
-    if writable { shm.to_path_buf() } else { std::env::temp_dir() }
+        if writable {
+            return shm.to_path_buf();
+        }
+    }
+    std::env::temp_dir()
+}
+
+/// Bytes free for us on the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all zeroes is a valid value.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a statvfs the call fills in.
+    let ok = unsafe { libc::statvfs(path.as_ptr(), &mut stats) } == 0;
+    ok.then(|| stats.f_bavail.saturating_mul(stats.f_frsize))
 }
 
 fn scratch(kind: &str) -> Result<Scratch, InstrumentError> {

@@ -129,22 +129,32 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
     if (busy) return;
     if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
         start();
-        if (atomic_load(&state) != 2) return;
+        if (atomic_load(&state) != 2) {
+            if (hdr) atomic_fetch_add(&hdr->dropped, 1); /* stopped: the log is full */
+            return;
+        }
     }
     busy = 1;
+    int saved_errno = errno; /* the program's, whatever the agent's calls do */
     size_t bytes = (size_t)hdr->record_bytes;
     if (!cur || cur + bytes > end) {
         uint64_t at = atomic_fetch_add(&hdr->next_chunk, CHUNK_BYTES);
-        if (at + CHUNK_BYTES > CAPACITY) {
+        /* One system call maps the whole chunk, instead of a page fault
+         * per 4 KiB (Linux 5.14+; older ones say EINVAL and fault as
+         * before). Any other failure means the log's file system is full:
+         * touching the pages would kill the program with SIGBUS, so
+         * recording stops and the calls from here on are counted dropped. */
+        if (at + CHUNK_BYTES > CAPACITY ||
+            (madvise(base + at, CHUNK_BYTES, 23 /* MADV_POPULATE_WRITE */) != 0 && errno != EINVAL)) {
+            atomic_store(&state, 3);
             atomic_fetch_add(&hdr->dropped, 1);
+            cur = end = NULL;
+            errno = saved_errno;
             busy = 0;
             return;
         }
         cur = base + at;
         end = base + at + CHUNK_BYTES;
-        /* One system call maps the whole chunk, instead of a page fault
-         * per 4 KiB (Linux 5.14+; older kernels fault as before). */
-        madvise(base + at, CHUNK_BYTES, 23 /* MADV_POPULATE_WRITE */);
     }
     if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
     struct timespec ts;
@@ -178,6 +188,7 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
     r->kind = kind;
     atomic_signal_fence(memory_order_seq_cst);
     r->marker = MARKER;
+    errno = saved_errno;
     busy = 0;
 }
 
