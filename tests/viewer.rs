@@ -328,7 +328,12 @@ fn allocations_mode_names_the_block_under_the_pointer() {
             }
             Some(line) if line.ends_with(": free") => {
                 let address = hex(line.trim_end_matches(": free"));
-                assert!(decoder::heap::block_at(&model.allocations, address, peak.event).is_none(), "{line}");
+                let axis = decoder::heap_raster::TimeAxis::new(
+                    &model.allocations,
+                    model.total.allocations,
+                    decoder::heap_raster::Clock::Events,
+                );
+                assert!(axis.block_at(&model.allocations, address, peak.event as f64).is_none(), "{line}");
             }
             _ => panic!("unexpected tooltip {tooltip:?}"),
         }

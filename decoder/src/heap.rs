@@ -217,19 +217,24 @@ pub fn size_class(size: u64) -> &'static str {
     SizeClass::of(size).name()
 }
 
-/// The heap block holding `address` just after allocation event `event`
-/// (the latest allocated, if a recording missed a free).
-pub fn block_at(records: &[AllocationRecord], address: u64, event: u64) -> Option<&AllocationRecord> {
-    records
-        .iter()
-        .filter(|r| is_heap_block(r) && r.contains(address))
-        .filter(|r| r.alloc_event <= event && r.free_event.is_none_or(|f| event < f))
-        .max_by_key(|r| r.alloc_event)
+/// Address spans merged into regions: spans no more than [`REGION_GAP`]
+/// apart are one region. In address order.
+pub fn address_regions(spans: impl IntoIterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = spans.into_iter().collect();
+    spans.sort_unstable();
+    let mut regions: Vec<(u64, u64)> = Vec::new();
+    for (lo, hi) in spans {
+        match regions.last_mut() {
+            Some(r) if lo <= r.1.saturating_add(REGION_GAP) => r.1 = r.1.max(hi),
+            _ => regions.push((lo, hi)),
+        }
+    }
+    regions
 }
 
 /// The bytes a block occupies for fragmentation: its usable size when
 /// known, else its request.
-fn extent(r: &AllocationRecord) -> (u64, u64) {
+pub fn extent(r: &AllocationRecord) -> (u64, u64) {
     (r.address, r.address.saturating_add(r.usable.max(r.size).max(1)))
 }
 
@@ -329,7 +334,10 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
     let step = events.div_ceil(TIMELINE_POINTS).max(1);
     let mut live = Live::default();
     let mut blocks: BTreeMap<u64, (u64, u64)> = BTreeMap::new(); // address -> (end, count)
-    let mut peak_blocks: Option<BTreeMap<u64, (u64, u64)>> = None;
+    // The change after which the peak was reached (its blocks are rebuilt
+    // at the end: cloning the live set at every new peak is quadratic in a
+    // growing heap).
+    let mut peak_change: Option<usize> = None;
     let mut next_sample = 0u64;
     let mut i = 0;
     while i < changes.len() {
@@ -340,31 +348,19 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
         }
         while i < changes.len() && changes[i].event == event {
             let c = changes[i];
-            let (lo, hi) = extent(c.record);
+            apply(&mut blocks, c.record, c.alloc);
             if c.alloc {
                 live.bytes += c.record.size;
                 live.blocks += 1;
-                let e = blocks.entry(lo).or_insert((hi, 0));
-                e.0 = e.0.max(hi);
-                e.1 += 1;
                 if live.bytes > report.peak.bytes {
                     report.peak = Live { event, ..live };
-                    peak_blocks = None;
+                    peak_change = Some(i);
                 }
             } else {
                 live.bytes -= c.record.size.min(live.bytes);
                 live.blocks = live.blocks.saturating_sub(1);
-                if let Some(e) = blocks.get_mut(&lo) {
-                    e.1 -= 1;
-                    if e.1 == 0 {
-                        blocks.remove(&lo);
-                    }
-                }
             }
             i += 1;
-            if report.peak.event == event && report.peak.bytes == live.bytes && peak_blocks.is_none() {
-                peak_blocks = Some(blocks.clone());
-            }
         }
     }
     while next_sample < events {
@@ -372,8 +368,12 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
         next_sample += step;
     }
     report.at_end = Live { event: events, ..live };
-    if let Some(at_peak) = peak_blocks {
+    if let Some(last) = peak_change {
         // The peak's own point, in place of a sample of the same event.
+        let mut at_peak = BTreeMap::new();
+        for c in &changes[..=last] {
+            apply(&mut at_peak, c.record, c.alloc);
+        }
         let s = sample(&at_peak, report.peak);
         report.timeline.retain(|x| x.live.event != report.peak.event);
         let at = report.timeline.partition_point(|x| x.live.event < report.peak.event);
@@ -393,6 +393,22 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
     leaks.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.function.cmp(&b.function)));
     report.leaks = leaks;
     report
+}
+
+/// Adds a block to (or removes it from) a live set: address -> (end,
+/// blocks starting there).
+fn apply(blocks: &mut BTreeMap<u64, (u64, u64)>, record: &AllocationRecord, alloc: bool) {
+    let (lo, hi) = extent(record);
+    if alloc {
+        let e = blocks.entry(lo).or_insert((hi, 0));
+        e.0 = e.0.max(hi);
+        e.1 += 1;
+    } else if let Some(e) = blocks.get_mut(&lo) {
+        e.1 -= 1;
+        if e.1 == 0 {
+            blocks.remove(&lo);
+        }
+    }
 }
 
 /// The heap at one point: regions and gaps of the live blocks.
@@ -447,15 +463,10 @@ fn size_classes(heap: &[&AllocationRecord]) -> Vec<SizeClassRow> {
 
 /// Regions of every block of the run, and the order they were filled in.
 fn regions(heap: &[&AllocationRecord]) -> Vec<RegionRow> {
-    let mut spans: Vec<(u64, u64)> = heap.iter().map(|r| extent(r)).collect();
-    spans.sort_unstable();
-    let mut rows: Vec<RegionRow> = Vec::new();
-    for (lo, hi) in spans {
-        match rows.last_mut() {
-            Some(r) if lo <= r.end.saturating_add(REGION_GAP) => r.end = r.end.max(hi),
-            _ => rows.push(RegionRow { start: lo, end: hi, ..RegionRow::default() }),
-        }
-    }
+    let mut rows: Vec<RegionRow> = address_regions(heap.iter().map(|r| extent(r)))
+        .into_iter()
+        .map(|(start, end)| RegionRow { start, end, ..RegionRow::default() })
+        .collect();
     let mut last: Vec<Option<u64>> = vec![None; rows.len()];
     let mut by_event: Vec<&&AllocationRecord> = heap.iter().collect();
     by_event.sort_by_key(|r| r.alloc_event);

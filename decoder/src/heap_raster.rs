@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 
 use crate::allocations::AllocationRecord;
-use crate::heap::{REGION_GAP, SizeClass, is_heap_block};
+use crate::heap::{SizeClass, address_regions, extent, is_heap_block};
 use crate::raster::{Colour, Coverage, Image, frame_colour};
 
 /// Fewest pixels a region gets.
@@ -285,16 +285,7 @@ pub fn render_heap(
 
 /// Regions stacked top to bottom in `height` pixels.
 fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
-    let mut spans: Vec<(u64, u64)> =
-        heap.iter().map(|r| (r.address, r.address.saturating_add(r.size.max(1)))).collect();
-    spans.sort_unstable();
-    let mut regions: Vec<(u64, u64)> = Vec::new();
-    for (lo, hi) in spans {
-        match regions.last_mut() {
-            Some(r) if lo <= r.1.saturating_add(REGION_GAP) => r.1 = r.1.max(hi),
-            _ => regions.push((lo, hi)),
-        }
-    }
+    let regions = address_regions(heap.iter().map(|r| extent(r)));
     let n = regions.len() as f64;
     let room = (height - MARKER_PX * (n - 1.0).max(0.0) - MIN_REGION_PX * n).max(0.0);
     let total: f64 = regions.iter().map(|r| (r.1 - r.0) as f64).sum::<f64>().max(1.0);

@@ -218,19 +218,22 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
     })
 }
 
-/// The trace events of one agent record.
-fn events_of(r: &AgentRecord) -> Vec<Allocation> {
+/// The trace events of one agent record: one, or two for mremap (no
+/// allocation per record: this runs for every call recorded).
+fn events_of(r: &AgentRecord) -> impl Iterator<Item = Allocation> {
     let alloc =
         |kind, size, align, ptr_in, ptr_out| Allocation { kind, size, align, ptr_in, ptr_out, callsite: r.callsite };
-    match r.kind {
-        AgentKind::Format(kind) => vec![alloc(kind, r.size, r.align, r.ptr_in, r.ptr_out)],
-        AgentKind::New => vec![alloc(AllocKind::Malloc, r.size, 0, 0, r.ptr_out)],
-        AgentKind::Delete => vec![alloc(AllocKind::Free, 0, 0, r.ptr_in, 0)],
+    let pair = match r.kind {
+        AgentKind::Format(kind) => [Some(alloc(kind, r.size, r.align, r.ptr_in, r.ptr_out)), None],
+        AgentKind::New => [Some(alloc(AllocKind::Malloc, r.size, 0, 0, r.ptr_out)), None],
+        AgentKind::Delete => [Some(alloc(AllocKind::Free, 0, 0, r.ptr_in, 0)), None],
         // `align` holds the old length.
-        AgentKind::Mremap => {
-            vec![alloc(AllocKind::Munmap, r.align, 0, r.ptr_in, 0), alloc(AllocKind::Mmap, r.size, 0, 0, r.ptr_out)]
-        }
-    }
+        AgentKind::Mremap => [
+            Some(alloc(AllocKind::Munmap, r.align, 0, r.ptr_in, 0)),
+            Some(alloc(AllocKind::Mmap, r.size, 0, 0, r.ptr_out)),
+        ],
+    };
+    pair.into_iter().flatten()
 }
 
 /// Modules with their build-ids (read from the files now: the program
