@@ -95,6 +95,7 @@ fn linetrace(program: &Path, args: &[&str], function: &str, trace: &Path) -> (u6
         output: trace.to_path_buf(),
         max_invocations: None,
         progress: None,
+        backend: instrument::Backend::Ptrace,
     })
     .expect("record");
     let mut reader = trace_rt::format::TraceReader::open(trace).expect("trace");

@@ -24,9 +24,10 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
         return record_allocations(program, command.collect(), usize::from(args.alloc_stack), out, args.quiet);
     }
     let show_progress = !args.quiet;
+    let backend: instrument::Backend = args.backend.into();
     let tty = std::io::stderr().is_terminal();
     let progress: Box<dyn FnMut(&instrument::Progress)> = Box::new(move |p: &instrument::Progress| {
-        if !show_progress {
+        if !show_progress || backend == instrument::Backend::Rewrite {
             return;
         }
         let rate = p.instructions as f64 / p.elapsed.as_secs_f64().max(1e-9);
@@ -47,6 +48,7 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
         output: out.partial().to_path_buf(),
         max_invocations: args.max_invocations,
         progress: Some(progress),
+        backend: args.backend.into(),
     });
     if tty && show_progress {
         eprint!("\r\x1b[K");
@@ -75,6 +77,12 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     }
     if let Some(note) = skipped_note(&summary.skipped_invocations) {
         eprintln!("linetrace: {note}");
+    }
+    if summary.approximated > 0 {
+        eprintln!(
+            "linetrace: {} gather/scatter executions were recorded without their elements (rewrite backend)",
+            summary.approximated
+        );
     }
     if let Some(program) = &summary.exec {
         eprintln!("linetrace: the program exec'd {program}; tracing stopped there and the new program ran untraced");

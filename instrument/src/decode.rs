@@ -46,6 +46,8 @@ pub struct DecodedInstruction {
     pub rep_string: bool,
     /// A `syscall` instruction.
     pub syscall: bool,
+    /// The instruction itself, for the rewriter to re-encode.
+    pub instr: Instruction,
 }
 
 /// Decodes the instruction at `pc` from `bytes` (which start at `pc`).
@@ -102,6 +104,7 @@ pub fn decode(bytes: &[u8], pc: u64, factory: &mut InstructionInfoFactory) -> Op
         operands,
         rep_string,
         syscall: instr.mnemonic() == Mnemonic::Syscall,
+        instr,
     })
 }
 

@@ -69,6 +69,12 @@ pub enum InstrumentError {
     /// A static program cannot preload the allocation agent.
     #[error("{0} is statically linked: --allocations needs a dynamically linked program (the agent is preloaded)")]
     StaticProgram(PathBuf),
+    /// The rewriter cannot translate the program's code.
+    #[error(transparent)]
+    Rewrite(#[from] crate::rewrite::codegen::CodegenError),
+    /// The translated code's records made no sense (a rewriter bug).
+    #[error(transparent)]
+    Records(#[from] crate::rewrite::records::RecordError),
     /// The agent's log could not be read.
     #[error(transparent)]
     AgentLog(#[from] trace_rt::agent::AgentLogError),

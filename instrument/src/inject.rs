@@ -84,20 +84,7 @@ fn find_syscall_instruction(pid: Tid) -> Option<u64> {
 /// `tid`) within reach of `near`, so that rip-relative code copied there
 /// still reaches its data. `None` if no such page can be had.
 pub fn map_page_near(pid: Tid, tid: Tid, near: u64) -> Result<Option<u64>, InstrumentError> {
-    let mapped = maps::mapped_ranges(pid).map_err(ptrace_err("reading the target's memory map"))?;
-    let mut candidates: Vec<u64> = Vec::new();
-    let mut prev_end = 0x10000u64;
-    for &(start, end) in mapped.iter().chain(std::iter::once(&(0x7fff_ffff_f000, 0x7fff_ffff_f000))) {
-        if start >= prev_end + PAGE {
-            // The free gap [prev_end, start): its page nearest to `near`.
-            let page = if near < prev_end { prev_end } else { (start - PAGE).min(near & !(PAGE - 1)) };
-            candidates.push(page);
-        }
-        prev_end = prev_end.max(end);
-    }
-    candidates.retain(|&p| p.abs_diff(near) < REACH - 2 * PAGE);
-    candidates.sort_by_key(|&p| p.abs_diff(near));
-    for page in candidates.into_iter().take(8) {
+    for page in free_spots_near(pid, near, PAGE)? {
         let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
         let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
         let got = syscall(pid, tid, SYS_MMAP, [page, PAGE, prot, flags, u64::MAX, 0])?;
@@ -106,6 +93,37 @@ pub fn map_page_near(pid: Tid, tid: Tid, near: u64) -> Result<Option<u64>, Instr
         }
     }
     Ok(None)
+}
+
+/// Up to eight page-aligned addresses where `len` bytes are unmapped in
+/// `pid` and every byte is within a rip-relative reach of `near`, best
+/// first. Best is far from the program's own growth: about 1.5 GiB below
+/// `near` (the mmap area grows down from the libraries, and fills the space
+/// just below them first) or, failing that, 1 GiB above (the brk heap grows
+/// up from just above the executable).
+pub fn free_spots_near(pid: Tid, near: u64, len: u64) -> Result<Vec<u64>, InstrumentError> {
+    let mapped = maps::mapped_ranges(pid).map_err(ptrace_err("reading the target's memory map"))?;
+    let wanted = [near.saturating_sub(3 << 29), near.saturating_add(1 << 30)];
+    let mut candidates: Vec<(u64, u64)> = Vec::new();
+    let mut prev_end = 0x10000u64;
+    for &(start, end) in mapped.iter().chain(std::iter::once(&(0x7fff_ffff_f000, 0x7fff_ffff_f000))) {
+        if start >= prev_end.saturating_add(len) {
+            // The free gap [prev_end, start): its spots nearest to each wish.
+            for w in wanted {
+                let spot = w.clamp(prev_end, start - len) & !(PAGE - 1);
+                if spot >= prev_end {
+                    candidates.push((w.abs_diff(spot), spot));
+                }
+            }
+        }
+        prev_end = prev_end.max(end);
+    }
+    candidates.retain(|&(_, p)| p.abs_diff(near).max(p.saturating_add(len).abs_diff(near)) < REACH - 2 * PAGE);
+    candidates.sort_unstable();
+    let mut spots: Vec<u64> = candidates.into_iter().map(|(_, p)| p).collect();
+    spots.dedup();
+    spots.truncate(8);
+    Ok(spots)
 }
 
 /// One instruction prepared for displaced stepping.

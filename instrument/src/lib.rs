@@ -40,9 +40,11 @@ pub mod allocations;
 mod decode;
 pub mod entry;
 mod error;
+mod event_rules;
 pub mod inject;
 pub mod interrupt;
 mod maps;
+pub mod rewrite;
 pub mod sys;
 mod tracer;
 mod vector;
@@ -72,6 +74,31 @@ pub struct RecordOptions {
     pub max_invocations: Option<u32>,
     /// Called about once a second while stepping.
     pub progress: Option<ProgressCallback>,
+    /// How accesses are recorded.
+    pub backend: Backend,
+}
+
+/// How the traced function's accesses are recorded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// Single-step every instruction with ptrace: slow (~70k instructions/s),
+    /// exact for everything the kernel lets a debugger see.
+    #[default]
+    Ptrace,
+    /// Run the function as translated, instrumented code from a code cache
+    /// in the target (ptrace only to translate new blocks and to empty the
+    /// record buffer).
+    Rewrite,
+}
+
+impl Backend {
+    /// The name written in the trace's metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Ptrace => "ptrace-singlestep",
+            Backend::Rewrite => "rewrite",
+        }
+    }
 }
 
 /// Receives [`Progress`] about once a second.
@@ -110,6 +137,11 @@ pub struct RecordSummary {
     pub skipped_invocations: BTreeMap<u32, u64>,
     /// The program the process exec'd into (tracing stopped there).
     pub exec: Option<String>,
+    /// Blocks the rewrite backend translated.
+    pub blocks_translated: u64,
+    /// Gathers and scatters the rewrite backend recorded without their
+    /// elements (an approximation).
+    pub approximated: u64,
     /// Size of the trace file.
     pub trace_bytes: u64,
     /// Wall-clock time of the whole run.

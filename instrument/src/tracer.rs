@@ -10,17 +10,18 @@ use std::time::{Duration, Instant};
 
 use decoder::symbols::{ElfSymbols, SymbolError, SymbolPaths};
 use iced_x86::{FlowControl, InstructionInfoFactory};
-use trace_rt::format::{
-    AllocKind, Allocation, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason,
-};
+use trace_rt::format::{AllocKind, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason};
 
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
 use crate::entry::{self, FunctionSpec, LoadedModule, Plan, Resolved};
 use crate::error::ptrace_err;
+use crate::event_rules::{self, SYS_MMAP, SYS_MUNMAP};
 use crate::inject::{self, Displaced};
 use crate::maps;
 use crate::sys::{self, Regs, Stop, Tid};
-use crate::{InstrumentError, Progress, RecordOptions, RecordSummary, interrupt};
+use crate::{Backend, InstrumentError, Progress, RecordOptions, RecordSummary, interrupt};
+
+mod rewrite;
 
 const INT3: u8 = 0xcc;
 /// `si_code` of the SIGTRAP a single step raises (`TRAP_TRACE`), of the
@@ -35,8 +36,6 @@ const TRAP_NOTIFY: i32 = libc::SIGTRAP;
 /// `si_code` of the SIGTRAP an `int3` raises: our breakpoints, or the
 /// target's own.
 const SI_KERNEL: i32 = 0x80;
-const SYS_MMAP: u64 = 9;
-const SYS_MUNMAP: u64 = 11;
 /// How often buffered events are written out, so that a `kill -9` of the
 /// recorder loses at most this much.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -125,6 +124,8 @@ struct Tracer {
     last_flush: Instant,
     progress: Option<crate::ProgressCallback>,
     scratch: Vec<(u32, u64)>,
+    backend: Backend,
+    rewriter: rewrite::Rewriter,
 }
 
 pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
@@ -168,7 +169,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
     // Nothing is written unless the target started and the function is known.
     let file = File::create(&options.output)
         .map_err(|cause| InstrumentError::Create { path: options.output.clone(), cause })?;
-    let mut metadata = Metadata::new("ptrace-singlestep");
+    let mut metadata = Metadata::new(options.backend.name());
     metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
         .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
         .collect();
@@ -209,6 +210,8 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         last_flush: Instant::now(),
         progress: options.progress,
         scratch: Vec::new(),
+        backend: options.backend,
+        rewriter: rewrite::Rewriter::default(),
     };
     if tracer.max_invocations != Some(0) {
         tracer.entry_bp = Some(Breakpoint::insert(pid, tracer.entry)?);
@@ -237,6 +240,8 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         invocations: tracer.invocations,
         skipped_invocations: tracer.skipped,
         exec: tracer.exec,
+        blocks_translated: tracer.rewriter.blocks,
+        approximated: tracer.rewriter.approximations,
         trace_bytes,
         elapsed: tracer.started.elapsed(),
     })
@@ -612,7 +617,9 @@ impl Tracer {
             return Ok(());
         }
         if signo == libc::SIGSTOP && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid)) {
-            // The initial stop of a new thread, not a signal to deliver.
+            // The initial stop of a new thread, not a signal to deliver. One
+            // the traced thread made from translated code runs natively.
+            self.leave_cache(tid);
             resume(0);
             return Ok(());
         }
@@ -673,6 +680,7 @@ impl Tracer {
     /// Removes our breakpoints from a forked child's memory and detaches it.
     /// A vfork child shares its parent's memory, which must keep them.
     fn release_child(&mut self, child: Tid, vfork: bool, temp_bp: Option<Breakpoint>) {
+        self.leave_cache(child);
         if !vfork {
             for bp in [self.entry_bp, temp_bp].into_iter().flatten() {
                 let _ = bp.remove(child);
@@ -761,7 +769,11 @@ impl Tracer {
     /// to its caller. A thread that vanishes mid-step (killed from outside,
     /// or by our interrupt handler) ends the invocation, not the recording.
     fn trace_invocation(&mut self, tid: Tid, regs: Regs) -> Result<InvocationEnd, InstrumentError> {
-        match self.step_invocation(tid, regs) {
+        let run = match self.backend {
+            Backend::Ptrace => self.step_invocation(tid, regs),
+            Backend::Rewrite => self.rewrite_invocation(tid, regs),
+        };
+        match run {
             Err(InstrumentError::Ptrace { cause, .. }) if cause.raw_os_error() == Some(libc::ESRCH) => {
                 let reason =
                     if interrupt::requested() { TruncationReason::Interrupted } else { TruncationReason::TargetKilled };
@@ -830,7 +842,7 @@ impl Tracer {
                                     .map(|op| decode::effective_address(&op.expr, &regs).unwrap_or(0))
                                     .collect(),
                                 count: regs.rcx,
-                                direction_down: regs.eflags & (1 << 10) != 0,
+                                direction_down: regs.eflags & event_rules::DIRECTION_FLAG != 0,
                             });
                         }
                     } else {
@@ -965,10 +977,7 @@ impl Tracer {
                 Event::Call { callsite: pc, target: after.rip, sp: after.rsp }
             }
             FlowControl::Return => Event::Return { sp: after.rsp },
-            FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::ConditionalBranch
-                if self.function_starts.contains(&after.rip)
-                    && (flow != FlowControl::ConditionalBranch || branch_target == Some(after.rip)) =>
-            {
+            _ if event_rules::is_tail_call(flow, branch_target, after.rip, &self.function_starts) => {
                 Event::TailCall { callsite: pc, target: after.rip, sp: after.rsp }
             }
             _ => return Ok(()),
@@ -986,35 +995,23 @@ impl Tracer {
         len: u64,
         ret: u64,
     ) -> Result<(), InstrumentError> {
-        let failed = (ret as i64) < 0 && (ret as i64) > -4096;
-        let alloc = if nr == SYS_MMAP {
-            Allocation {
-                kind: AllocKind::Mmap,
-                size: len,
-                align: 4096,
-                ptr_in: addr,
-                ptr_out: if failed { 0 } else { ret },
-                callsite: pc,
-            }
-        } else {
-            Allocation { kind: AllocKind::Munmap, size: len, align: 0, ptr_in: addr, ptr_out: 0, callsite: pc }
+        let Some(alloc) = event_rules::syscall_allocation(nr, addr, len, ret, pc) else {
+            return Ok(());
         };
         self.writer.push(thread, &Event::Alloc(alloc))?;
         Ok(())
     }
 
     fn emit_rep(&mut self, thread: u32, rep: &RepInProgress, rcx_after: u64) -> Result<(), InstrumentError> {
-        let iterations = rep.count.wrapping_sub(rcx_after);
-        if iterations == 0 || iterations > rep.count {
-            return Ok(());
-        }
         let Some(insn) = self.code.get(&rep.pc) else {
             return Ok(());
         };
         let ops: Vec<(u32, u32)> = insn.operands.iter().map(|o| (o.site, o.size)).collect();
         for ((site, size), &start) in ops.into_iter().zip(&rep.start_addrs) {
-            let bytes = iterations.saturating_mul(size.into());
-            let low = if rep.direction_down { start.wrapping_sub(bytes - u64::from(size)) } else { start };
+            let Some((low, bytes)) = event_rules::rep_range(start, rep.count, rcx_after, size, rep.direction_down)
+            else {
+                return Ok(());
+            };
             self.accesses += 1;
             self.writer.push(thread, &Event::AccessSized { site, addr: low, size: bytes })?;
         }
@@ -1079,21 +1076,10 @@ impl Tracer {
                 }
             }
         };
-        let (a0, a1, a2, ret) = (regs.rdi, regs.rsi, regs.rdx, after.rax);
         let callsite = if self.last_callsite != 0 { self.last_callsite } else { return_addr };
-        let mut alloc = Allocation { kind, size: 0, align: 0, ptr_in: 0, ptr_out: ret, callsite };
-        match kind {
-            AllocKind::Malloc => alloc.size = a0,
-            AllocKind::Calloc => alloc.size = a0.saturating_mul(a1),
-            AllocKind::Realloc => (alloc.ptr_in, alloc.size) = (a0, a1),
-            AllocKind::Free => (alloc.ptr_in, alloc.ptr_out) = (a0, 0),
-            AllocKind::PosixMemalign => {
-                (alloc.align, alloc.size) = (a1, a2);
-                alloc.ptr_out = if ret as u32 == 0 { sys::peek(tid, a0).unwrap_or(0) } else { 0 };
-            }
-            AllocKind::AlignedAlloc | AllocKind::Memalign => (alloc.align, alloc.size) = (a0, a1),
-            AllocKind::Mmap | AllocKind::Munmap => {}
-        }
+        let alloc = event_rules::allocator_call(kind, [regs.rdi, regs.rsi, regs.rdx], after.rax, callsite, |p| {
+            sys::peek(tid, p).ok()
+        });
         let thread = tid as u32;
         self.writer.push(thread, &Event::Alloc(alloc))?;
         self.writer.push(thread, &Event::Return { sp: after.rsp })?;

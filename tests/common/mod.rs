@@ -47,6 +47,19 @@ pub fn c_example(name: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// Builds `examples/cpp/NAME.cpp` with `g++ -O2 -g` once per test binary.
+pub fn cpp_example(name: &str) -> PathBuf {
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch_dir().join(format!("{name}-cpp-{}", std::process::id()));
+    if out.exists() {
+        return out;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/cpp").join(format!("{name}.cpp"));
+    let status = Command::new("g++").args(["-O2", "-g"]).arg(&src).arg("-o").arg(&out).status().expect("g++ runs");
+    assert!(status.success(), "g++ failed on {}", src.display());
+    out
+}
+
 /// A cargo example built in the same profile as the tests.
 pub fn rust_example(name: &str) -> PathBuf {
     let bin = Path::new(env!("CARGO_BIN_EXE_linetrace"));

@@ -1,0 +1,119 @@
+//! The rules that turn what an instruction did into trace events, shared by
+//! both recorders (ptrace single-step and the binary rewriter) so that they
+//! cannot drift: how allocator arguments read, which system calls are
+//! allocations, the range a rep-string instruction covered, and which jumps
+//! are tail calls.
+
+use std::collections::HashSet;
+
+use iced_x86::FlowControl;
+use trace_rt::format::{AllocKind, Allocation};
+
+/// `mmap(2)` system call number.
+pub const SYS_MMAP: u64 = 9;
+/// `munmap(2)` system call number.
+pub const SYS_MUNMAP: u64 = 11;
+
+/// The allocation an allocator call made, from its first three integer
+/// arguments, its result and (for `posix_memalign`) the pointer it stored,
+/// read through `stored_pointer(address)` only when the call succeeded.
+pub fn allocator_call(
+    kind: AllocKind,
+    args: [u64; 3],
+    ret: u64,
+    callsite: u64,
+    stored_pointer: impl FnOnce(u64) -> Option<u64>,
+) -> Allocation {
+    let [a0, a1, a2] = args;
+    let mut alloc = Allocation { kind, size: 0, align: 0, ptr_in: 0, ptr_out: ret, callsite };
+    match kind {
+        AllocKind::Malloc => alloc.size = a0,
+        AllocKind::Calloc => alloc.size = a0.saturating_mul(a1),
+        AllocKind::Realloc => (alloc.ptr_in, alloc.size) = (a0, a1),
+        AllocKind::Free => (alloc.ptr_in, alloc.ptr_out) = (a0, 0),
+        AllocKind::PosixMemalign => {
+            (alloc.align, alloc.size) = (a1, a2);
+            alloc.ptr_out = if ret as u32 == 0 { stored_pointer(a0).unwrap_or(0) } else { 0 };
+        }
+        AllocKind::AlignedAlloc | AllocKind::Memalign => (alloc.align, alloc.size) = (a0, a1),
+        AllocKind::Mmap | AllocKind::Munmap => {}
+    }
+    alloc
+}
+
+/// The allocation a system call `nr(addr, len, ...)` returning `ret` made
+/// at `pc`: `mmap` and `munmap` are recorded, other calls are not.
+pub fn syscall_allocation(nr: u64, addr: u64, len: u64, ret: u64, pc: u64) -> Option<Allocation> {
+    let failed = (ret as i64) < 0 && (ret as i64) > -4096;
+    match nr {
+        SYS_MMAP => Some(Allocation {
+            kind: AllocKind::Mmap,
+            size: len,
+            align: 4096,
+            ptr_in: addr,
+            ptr_out: if failed { 0 } else { ret },
+            callsite: pc,
+        }),
+        SYS_MUNMAP => {
+            Some(Allocation { kind: AllocKind::Munmap, size: len, align: 0, ptr_in: addr, ptr_out: 0, callsite: pc })
+        }
+        _ => None,
+    }
+}
+
+/// The range one operand of a rep-string instruction covered, as (lowest
+/// address, bytes): it started at `start` with `count` in rcx, ended with
+/// `rcx_after`, moving `size` bytes per iteration, downwards if the direction
+/// flag was set. `None` if it made no iteration.
+pub fn rep_range(start: u64, count: u64, rcx_after: u64, size: u32, direction_down: bool) -> Option<(u64, u64)> {
+    let iterations = count.wrapping_sub(rcx_after);
+    if iterations == 0 || iterations > count {
+        return None;
+    }
+    let bytes = iterations.saturating_mul(size.into());
+    let low = if direction_down { start.wrapping_sub(bytes - u64::from(size)) } else { start };
+    Some((low, bytes))
+}
+
+/// The direction flag's bit in rflags.
+pub const DIRECTION_FLAG: u64 = 1 << 10;
+
+/// Whether a jump of kind `flow` (direct target `branch_target`, if any)
+/// that went to `target` enters a function: then it is a tail call. A
+/// conditional branch counts only when it was taken.
+pub fn is_tail_call(
+    flow: FlowControl,
+    branch_target: Option<u64>,
+    target: u64,
+    function_starts: &HashSet<u64>,
+) -> bool {
+    matches!(flow, FlowControl::UnconditionalBranch | FlowControl::IndirectBranch | FlowControl::ConditionalBranch)
+        && function_starts.contains(&target)
+        && (flow != FlowControl::ConditionalBranch || branch_target == Some(target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rep_ranges_cover_the_iterations_made() {
+        assert_eq!(rep_range(0x1000, 10, 0, 8, false), Some((0x1000, 80)));
+        assert_eq!(rep_range(0x1000, 10, 4, 1, false), Some((0x1000, 6)));
+        // Downwards: the last element is at start - (n-1)*size.
+        assert_eq!(rep_range(0x1000, 4, 0, 4, true), Some((0x1000 - 12, 16)));
+        assert_eq!(rep_range(0x1000, 0, 0, 1, false), None);
+    }
+
+    #[test]
+    fn allocator_arguments_read_per_kind() {
+        let a = allocator_call(AllocKind::Calloc, [3, 5, 0], 0x10, 0x99, |_| None);
+        assert_eq!((a.size, a.ptr_out, a.callsite), (15, 0x10, 0x99));
+        let a = allocator_call(AllocKind::PosixMemalign, [0x700, 64, 100], 0, 1, |p| Some(p + 1));
+        assert_eq!((a.align, a.size, a.ptr_out), (64, 100, 0x701));
+        let a = allocator_call(AllocKind::PosixMemalign, [0x700, 64, 100], 12, 1, |p| Some(p + 1));
+        assert_eq!(a.ptr_out, 0, "failed call stores nothing");
+        assert!(syscall_allocation(SYS_MMAP, 0, 4096, (-12i64) as u64, 1).is_some_and(|a| a.ptr_out == 0));
+        assert!(syscall_allocation(1, 0, 0, 0, 0).is_none());
+    }
+}

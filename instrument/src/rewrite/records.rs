@@ -1,0 +1,245 @@
+//! Turning the records the translated code wrote into trace events — the
+//! same events, in the same order, as the ptrace recorder writes for the
+//! same execution (the event rules themselves are in `event_rules`).
+
+use std::collections::{HashMap, HashSet};
+
+use trace_rt::format::{AllocKind, Event, SiteId};
+
+use super::codegen::{CodegenError, Tags};
+use super::layout::{self, RecordKind};
+use crate::event_rules;
+
+/// The kinds of records, by tag.
+#[derive(Default)]
+pub struct RecordTable {
+    kinds: Vec<RecordKind>,
+    tags: HashMap<RecordKind, u16>,
+}
+
+impl Tags for RecordTable {
+    fn tag(&mut self, kind: RecordKind) -> Result<u16, CodegenError> {
+        if let Some(&t) = self.tags.get(&kind) {
+            return Ok(t);
+        }
+        let t = u16::try_from(self.kinds.len()).map_err(|_| CodegenError::TooManyTags)?;
+        self.kinds.push(kind);
+        self.tags.insert(kind, t);
+        Ok(t)
+    }
+}
+
+impl RecordTable {
+    /// The kind a tag stands for.
+    pub fn kind(&self, tag: u16) -> Option<RecordKind> {
+        self.kinds.get(usize::from(tag)).copied()
+    }
+}
+
+/// A record that did not fit what came before it: the code and the table
+/// disagree, which is a bug in the rewriter, reported rather than guessed.
+#[derive(Debug, thiserror::Error)]
+#[error("record {index} of a drained buffer (tag {tag}) does not fit the records before it")]
+pub struct RecordError {
+    /// Position in the buffer.
+    pub index: usize,
+    /// Its tag.
+    pub tag: u16,
+}
+
+/// A rep-string instruction whose end record is still to come.
+#[derive(Default)]
+struct RepState {
+    starts: Vec<(SiteId, u32, u64)>,
+    count: u64,
+    flags: u64,
+}
+
+/// Converts records to events; keeps what spans two drains of the buffer.
+#[derive(Default)]
+pub struct Converter {
+    awaiting_target: Option<(RecordKind, u64)>,
+    rep: RepState,
+    alloc: Option<(AllocKind, [u64; 3], Option<u64>)>,
+    syscall: (u64, u64, [u64; 2]),
+    /// The last call's address: allocator calls are attributed to it, as
+    /// the ptrace recorder does.
+    pub last_callsite: u64,
+    /// Accesses converted so far.
+    pub accesses: u64,
+}
+
+impl Converter {
+    /// Converts `records`, handing each event to `push`.
+    pub fn convert<E: From<RecordError>>(
+        &mut self,
+        records: &[u64],
+        table: &RecordTable,
+        function_starts: &HashSet<u64>,
+        mut push: impl FnMut(&Event) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for (index, &record) in records.iter().enumerate() {
+            let (tag, value) = layout::split(record);
+            let bad = || RecordError { index, tag };
+            let kind = table.kind(tag).ok_or_else(bad)?;
+            if self.awaiting_target.is_some() && kind != RecordKind::Target {
+                return Err(bad().into());
+            }
+            match kind {
+                RecordKind::Access(site) => {
+                    self.accesses += 1;
+                    push(&Event::Access { site, addr: value })?;
+                }
+                RecordKind::RepStart { site, size } => self.rep.starts.push((site, size, value)),
+                RecordKind::RepCount => self.rep.count = value,
+                RecordKind::RepFlags => self.rep.flags = value,
+                RecordKind::RepEnd => {
+                    let rep = std::mem::take(&mut self.rep);
+                    let down = rep.flags & event_rules::DIRECTION_FLAG != 0;
+                    for (site, size, start) in rep.starts {
+                        let Some((addr, bytes)) = event_rules::rep_range(start, rep.count, value, size, down) else {
+                            break;
+                        };
+                        self.accesses += 1;
+                        push(&Event::AccessSized { site, addr, size: bytes })?;
+                    }
+                }
+                RecordKind::Call { callsite, target: Some(target) } => {
+                    self.last_callsite = callsite;
+                    push(&Event::Call { callsite, target, sp: value })?;
+                }
+                RecordKind::Jump { callsite, target: Some(target), flow } => {
+                    self.jump(callsite, flow, target, value, function_starts, &mut push)?;
+                }
+                RecordKind::Call { target: None, .. } | RecordKind::Jump { target: None, .. } => {
+                    self.awaiting_target = Some((kind, value));
+                }
+                RecordKind::Target => match self.awaiting_target.take() {
+                    Some((RecordKind::Call { callsite, .. }, sp)) => {
+                        self.last_callsite = callsite;
+                        push(&Event::Call { callsite, target: value, sp })?;
+                    }
+                    Some((RecordKind::Jump { callsite, flow, .. }, sp)) => {
+                        self.jump(callsite, flow, value, sp, function_starts, &mut push)?;
+                    }
+                    _ => return Err(bad().into()),
+                },
+                RecordKind::Return => push(&Event::Return { sp: value })?,
+                RecordKind::AllocArg { kind, n } => {
+                    let (k, args, _) = self.alloc.get_or_insert((kind, [0; 3], None));
+                    *k = kind;
+                    if let Some(slot) = args.get_mut(usize::from(n)) {
+                        *slot = value;
+                    }
+                }
+                RecordKind::AllocResult => {
+                    let Some((kind, args, _)) = self.alloc else { return Err(bad().into()) };
+                    if kind == AllocKind::PosixMemalign {
+                        self.alloc = Some((kind, args, Some(value)));
+                    } else {
+                        self.alloc = None;
+                        let alloc = event_rules::allocator_call(kind, args, value, self.last_callsite, |_| None);
+                        push(&Event::Alloc(alloc))?;
+                    }
+                }
+                RecordKind::AllocStored => {
+                    let Some((kind, args, Some(ret))) = self.alloc.take() else { return Err(bad().into()) };
+                    let alloc = event_rules::allocator_call(kind, args, ret, self.last_callsite, |_| Some(value));
+                    push(&Event::Alloc(alloc))?;
+                }
+                RecordKind::SyscallNumber { pc } => self.syscall = (pc, value, [0; 2]),
+                RecordKind::SyscallArg(n) => {
+                    if let Some(slot) = self.syscall.2.get_mut(usize::from(n)) {
+                        *slot = value;
+                    }
+                }
+                RecordKind::SyscallResult => {
+                    let (pc, nr, [a0, a1]) = self.syscall;
+                    if let Some(alloc) = event_rules::syscall_allocation(nr, a0, a1, value, pc) {
+                        push(&Event::Alloc(alloc))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn jump<E>(
+        &mut self,
+        callsite: u64,
+        flow: layout::Flow,
+        target: u64,
+        sp: u64,
+        function_starts: &HashSet<u64>,
+        push: &mut impl FnMut(&Event) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let direct = (flow != layout::Flow::Indirect).then_some(target);
+        if event_rules::is_tail_call(flow.flow_control(), direct, target, function_starts) {
+            push(&Event::TailCall { callsite, target, sp })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::layout::Flow;
+
+    fn rec(table: &mut RecordTable, kind: RecordKind, value: u64) -> u64 {
+        (value & ((1 << 48) - 1)) | (u64::from(table.tag(kind).expect("tag")) << 48)
+    }
+
+    fn convert(table: &RecordTable, records: &[u64], starts: &HashSet<u64>) -> Result<Vec<Event>, RecordError> {
+        let mut out = Vec::new();
+        Converter::default().convert(records, table, starts, |e| {
+            out.push(*e);
+            Ok::<(), RecordError>(())
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn records_become_the_events_of_the_ptrace_recorder() {
+        let mut t = RecordTable::default();
+        let starts = HashSet::from([0x2000]);
+        let records = [
+            rec(&mut t, RecordKind::Access(3), 0x7000),
+            rec(&mut t, RecordKind::Call { callsite: 0x1000, target: None }, 0x7ff0),
+            rec(&mut t, RecordKind::Target, 0x2000),
+            rec(&mut t, RecordKind::Jump { callsite: 0x2004, target: None, flow: Flow::Indirect }, 0x7ff0),
+            rec(&mut t, RecordKind::Target, 0x2100),
+            rec(&mut t, RecordKind::AllocArg { kind: AllocKind::Calloc, n: 0 }, 4),
+            rec(&mut t, RecordKind::AllocArg { kind: AllocKind::Calloc, n: 1 }, 8),
+            rec(&mut t, RecordKind::AllocArg { kind: AllocKind::Calloc, n: 2 }, 99),
+            rec(&mut t, RecordKind::AllocResult, 0x9000),
+            rec(&mut t, RecordKind::Return, 0x7ff8),
+            rec(&mut t, RecordKind::RepStart { site: 5, size: 8 }, 0x5000),
+            rec(&mut t, RecordKind::RepCount, 10),
+            rec(&mut t, RecordKind::RepFlags, 0x202),
+            rec(&mut t, RecordKind::RepEnd, 0),
+        ];
+        let events = convert(&t, &records, &starts).expect("converts");
+        let calloc = event_rules::allocator_call(AllocKind::Calloc, [4, 8, 99], 0x9000, 0x1000, |_| None);
+        assert_eq!(
+            events,
+            vec![
+                Event::Access { site: 3, addr: 0x7000 },
+                Event::Call { callsite: 0x1000, target: 0x2000, sp: 0x7ff0 },
+                Event::Alloc(calloc),
+                Event::Return { sp: 0x7ff8 },
+                Event::AccessSized { site: 5, addr: 0x5000, size: 80 },
+            ],
+            "an indirect jump to a non-function is no tail call"
+        );
+    }
+
+    #[test]
+    fn a_record_out_of_place_is_an_error() {
+        let mut t = RecordTable::default();
+        let records =
+            [rec(&mut t, RecordKind::Call { callsite: 1, target: None }, 0x10), rec(&mut t, RecordKind::Return, 0x18)];
+        assert!(convert(&t, &records, &HashSet::new()).is_err());
+        assert!(convert(&t, &[u64::MAX], &HashSet::new()).is_err(), "unknown tag");
+    }
+}

@@ -1,0 +1,476 @@
+//! The rewrite backend's run loop: the traced thread runs translated code
+//! from the code cache; linetrace only sees it when it needs a block
+//! translated, its record buffer is full, a signal arrives, or the traced
+//! invocation returns. Everything around the invocation (entry breakpoint,
+//! other threads, forks, exec, allocator recognition, sites) is the ptrace
+//! backend's, shared.
+
+use std::collections::{BTreeMap, HashMap};
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl};
+use trace_rt::format::{Event, TruncationReason};
+
+use super::{InvocationEnd, Tracer, raised_by_int3};
+use crate::decode::DecodedInstruction;
+use crate::error::ptrace_err;
+use crate::rewrite::codegen::{self, CodegenError, Context, Routines, STUB_BYTES};
+use crate::rewrite::layout::{self, RecordKind, slot};
+use crate::rewrite::records::{Converter, RecordTable};
+use crate::rewrite::region::SharedRegion;
+use crate::sys::{self, Regs, Stop, Tid};
+use crate::{InstrumentError, interrupt};
+
+/// Bytes of one code cache.
+const CACHE_BYTES: u64 = 64 << 20;
+/// Most instructions in one translated block (longer straight-line code is
+/// cut into several blocks).
+const MAX_BLOCK_INSTRUCTIONS: usize = 64;
+
+/// One code cache: translations of code within 2 GiB of it.
+struct CodeCache {
+    region: SharedRegion,
+    used: u64,
+    routines: Routines,
+}
+
+/// What the rewrite backend keeps across invocations.
+#[derive(Default)]
+pub(super) struct Rewriter {
+    thread: Option<SharedRegion>,
+    caches: Vec<CodeCache>,
+    /// Original address -> its translation.
+    translated: HashMap<u64, u64>,
+    /// Exit stub -> the original address it goes to.
+    exits: HashMap<u64, u64>,
+    /// Start of each copied original instruction in a cache -> (its
+    /// address, the address of the instruction after it); each block's
+    /// start -> (its first instruction, the same).
+    pcs: BTreeMap<u64, (u64, u64)>,
+    table: RecordTable,
+    converter: Converter,
+    /// Gathers and scatters executed without their elements recorded.
+    pub(super) approximations: u64,
+    /// Blocks translated.
+    pub(super) blocks: u64,
+}
+
+/// The thread region is made before any translated code runs; its absence
+/// is a bug here.
+fn no_buffer() -> InstrumentError {
+    InstrumentError::Ptrace { what: "finding the record buffer", cause: std::io::Error::other("not created") }
+}
+
+/// Whether the CPU and kernel let user code read the fs base (`rdfsbase`).
+fn has_fsgsbase() -> bool {
+    const HWCAP2_FSGSBASE: u64 = 1 << 1;
+    // SAFETY: getauxval reads the process's auxiliary vector.
+    unsafe { libc::getauxval(libc::AT_HWCAP2) & HWCAP2_FSGSBASE != 0 }
+}
+
+impl Tracer {
+    /// Runs one invocation of the traced function on `tid` (stopped at its
+    /// entry with `regs`) as translated code.
+    pub(super) fn rewrite_invocation(&mut self, tid: Tid, mut regs: Regs) -> Result<InvocationEnd, InstrumentError> {
+        if !self.modules_loaded {
+            self.load_modules()?;
+        }
+        if regs.gs_base != 0 {
+            return Err(CodegenError::UsesGs(regs.rip).into());
+        }
+        let index = self.invocations;
+        self.invocations += 1;
+        let entry_sp = regs.rsp;
+        let thread = tid as u32;
+        self.writer.push(thread, &Event::InvocationStart { index, pc: regs.rip, sp: entry_sp })?;
+        self.thread_region(tid)?;
+        let start = self.translate(tid, regs.rip)?;
+        regs.gs_base = self.rewriter.thread.as_ref().map_or(0, |r| r.remote);
+        regs.rip = start;
+        sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
+        let mut signal = 0;
+        loop {
+            if interrupt::requested() {
+                self.drain(thread, None)?;
+                self.writer.push(thread, &Event::Truncated { reason: TruncationReason::Interrupted })?;
+                return Ok(InvocationEnd::Interrupted);
+            }
+            // A signal is delivered with a single step, which stops at the
+            // handler's first instruction: the handler runs translated, as
+            // the ptrace recorder steps through it.
+            let delivering = signal != 0;
+            if delivering {
+                sys::single_step(tid, signal).map_err(ptrace_err("delivering a signal"))?;
+            } else {
+                sys::resume(tid, 0).map_err(ptrace_err("running translated code"))?;
+            }
+            signal = 0;
+            let stop = match self.wait_for(tid, None) {
+                Ok(stop) => stop,
+                Err(e) => {
+                    self.drain(thread, None)?;
+                    return Err(e);
+                }
+            };
+            if delivering && stop == (Stop::Signal { signo: libc::SIGTRAP, event: 0 }) && super::is_step_trap(tid) {
+                let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                if !self.in_cache(regs.rip) {
+                    regs.rip = self.translate(tid, regs.rip)?;
+                    sys::set_regs(tid, &regs).map_err(ptrace_err("entering a signal handler"))?;
+                }
+                continue;
+            }
+            match stop {
+                Stop::Exited(_) | Stop::Killed(_) => {
+                    self.drain(thread, None)?;
+                    return Ok(match self.on_process_exit(tid, stop) {
+                        Some(exit) => InvocationEnd::ProcessGone(exit),
+                        None => InvocationEnd::ThreadGone,
+                    });
+                }
+                Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } => {
+                    self.drain(thread, None)?;
+                    return Ok(InvocationEnd::Exec);
+                }
+                Stop::Signal { event: libc::PTRACE_EVENT_CLONE, .. } => self.note_clone(tid),
+                Stop::Signal { event: e @ (libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK), .. } => {
+                    self.note_fork(tid, e == libc::PTRACE_EVENT_VFORK, None)
+                }
+                Stop::Signal { signo: libc::SIGTRAP, event: 0 } if raised_by_int3(tid) => {
+                    let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                    let hit = regs.rip.wrapping_sub(1);
+                    if let Some(&target) = self.rewriter.exits.get(&hit) {
+                        let translated = self.translate(tid, target)?;
+                        self.link(hit, translated);
+                        regs.rip = translated;
+                    } else if self.rewriter.caches.iter().any(|c| c.routines.miss == hit) {
+                        let block = self.rewriter.thread.as_ref().ok_or_else(no_buffer)?;
+                        let target = block.word(slot::TARGET as u64);
+                        regs.rcx = block.word(slot::SPILL_RCX as u64);
+                        regs.rax = block.word(slot::SPILL_RAX as u64);
+                        if regs.rsp > entry_sp {
+                            // Returned (or jumped) out of the traced call.
+                            regs.rip = target;
+                            regs.gs_base = 0;
+                            sys::set_regs(tid, &regs).map_err(ptrace_err("leaving the code cache"))?;
+                            self.drain(thread, None)?;
+                            self.writer.push(thread, &Event::InvocationEnd { index })?;
+                            return Ok(InvocationEnd::Returned);
+                        }
+                        let translated = self.translate(tid, target)?;
+                        self.add_to_table(target, translated);
+                        regs.rip = translated;
+                    } else if let Some(bp) = self.entry_bp.filter(|bp| bp.addr == hit) {
+                        // Native code the traced call runs (an allocator's
+                        // hook) entered the function: that call is not traced.
+                        signal = self.skip_invocation(tid, bp)?;
+                        continue;
+                    } else {
+                        // The program's own int3.
+                        self.deliver(tid, thread, libc::SIGTRAP, regs.rip, 0)?;
+                        signal = libc::SIGTRAP;
+                        continue;
+                    }
+                    sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
+                }
+                Stop::Signal { signo, event: 0 } => {
+                    let info = sys::sig_info(tid).map_err(ptrace_err("reading a signal"))?;
+                    let fault = matches!(signo, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL);
+                    // SAFETY: si_addr is valid for these signals.
+                    let addr = if fault { (unsafe { info.si_addr() }) as u64 } else { 0 };
+                    let regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                    if signo == libc::SIGSEGV && self.is_guard(addr) {
+                        self.buffer_full(tid, thread, regs)?;
+                        continue;
+                    }
+                    self.deliver(tid, thread, signo, regs.rip, if fault { addr } else { 0 })?;
+                    signal = signo;
+                }
+                Stop::Signal { .. } => {}
+            }
+        }
+    }
+
+    /// Records signal `signo` arriving at cache address `at`, after every
+    /// record before it; a fault drops the records of the instruction that
+    /// faulted (written before it ran), as the ptrace recorder never saw it
+    /// run.
+    fn deliver(&mut self, tid: Tid, thread: u32, signo: i32, at: u64, addr: u64) -> Result<(), InstrumentError> {
+        let info = sys::sig_info(tid).ok();
+        // A fault the instruction itself raised (the kernel's si_code > 0):
+        // it did not run, and it is the signal's pc.
+        let synchronous = matches!(signo, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
+            && info.is_some_and(|i| i.si_code > 0);
+        // A signal the thread raised by the instruction it just ran (int3,
+        // or kill/raise of its own process) belongs to that instruction, as
+        // the ptrace recorder sees it arrive in that instruction's step.
+        // SAFETY: si_pid is meaningful for user-sent signals (si_code <= 0).
+        let self_sent = info.is_some_and(|i| i.si_code <= 0 && unsafe { i.si_pid() } == self.pid);
+        let raised = self_sent || (signo == libc::SIGTRAP && info.is_some_and(|i| i.si_code == super::SI_KERNEL));
+        let original = if raised && !synchronous { self.previous_pc(at) } else { self.original_pc(at) };
+        self.drain(thread, synchronous.then_some(original).flatten())?;
+        self.writer.push(thread, &Event::Signal { signo, pc: original.unwrap_or(at), addr })?;
+        Ok(())
+    }
+
+    /// The original instruction a thread stopped at cache address `at` is
+    /// about to run: the one whose copy starts at `at`, else (inside the
+    /// records before or after a copy) the next one.
+    pub(super) fn original_pc(&self, at: u64) -> Option<u64> {
+        if !self.in_cache(at) {
+            return None;
+        }
+        let (&start, &(pc, next)) = self.rewriter.pcs.range(..=at).next_back()?;
+        Some(if start == at { pc } else { next })
+    }
+
+    /// The original instruction whose copy ran last before cache address
+    /// `at`.
+    fn previous_pc(&self, at: u64) -> Option<u64> {
+        let (_, &(pc, _)) = self.rewriter.pcs.range(..at).next_back()?;
+        Some(pc)
+    }
+
+    /// Whether `at` is in one of the code caches.
+    pub(super) fn in_cache(&self, at: u64) -> bool {
+        self.rewriter.caches.iter().any(|c| (c.region.remote..c.region.remote + c.region.len() as u64).contains(&at))
+    }
+
+    /// A thread (a new one, or a forked child) that starts inside the code
+    /// cache continues natively at the original instruction: only the thread
+    /// that entered the function is traced, as with ptrace.
+    pub(super) fn leave_cache(&self, tid: Tid) {
+        let Ok(mut regs) = sys::get_regs(tid) else { return };
+        if let Some(pc) = self.original_pc(regs.rip) {
+            regs.rip = pc;
+            regs.gs_base = 0;
+            let _ = sys::set_regs(tid, &regs);
+        }
+    }
+
+    fn is_guard(&self, addr: u64) -> bool {
+        self.rewriter
+            .thread
+            .as_ref()
+            .is_some_and(|r| (r.remote + layout::GUARD..r.remote + layout::GUARD + 4096).contains(&addr))
+    }
+
+    /// The buffer is full (a record store hit the guard page): empty it and
+    /// restart the store at the buffer's start.
+    fn buffer_full(&mut self, tid: Tid, thread: u32, mut regs: Regs) -> Result<(), InstrumentError> {
+        self.drain(thread, None)?;
+        let region = self.rewriter.thread.as_ref().ok_or_else(no_buffer)?;
+        let start = region.remote + layout::BUFFER;
+        // The faulting instruction is the record store `mov [tmp], value`:
+        // point tmp at the emptied buffer.
+        let code = self.cache_bytes(regs.rip, 15);
+        let store = Decoder::with_ip(64, &code, regs.rip, DecoderOptions::NONE).decode();
+        let reg = store.memory_base();
+        match reg {
+            iced_x86::Register::R11 => regs.r11 = start,
+            iced_x86::Register::R10 => regs.r10 = start,
+            iced_x86::Register::R9 => regs.r9 = start,
+            iced_x86::Register::R8 => regs.r8 = start,
+            iced_x86::Register::RAX => regs.rax = start,
+            iced_x86::Register::RDX => regs.rdx = start,
+            iced_x86::Register::RCX => regs.rcx = start,
+            iced_x86::Register::RSI => regs.rsi = start,
+            iced_x86::Register::RDI => regs.rdi = start,
+            iced_x86::Register::RBX => regs.rbx = start,
+            iced_x86::Register::RBP => regs.rbp = start,
+            iced_x86::Register::R12 => regs.r12 = start,
+            iced_x86::Register::R13 => regs.r13 = start,
+            iced_x86::Register::R14 => regs.r14 = start,
+            _ => {
+                return Err(InstrumentError::Ptrace {
+                    what: "emptying the record buffer (a fault in the buffer outside a record store)",
+                    cause: std::io::Error::other(format!("at {:#x}", regs.rip)),
+                });
+            }
+        }
+        sys::set_regs(tid, &regs).map_err(ptrace_err("emptying the record buffer"))
+    }
+
+    /// Up to `len` bytes of the code cache at `at`.
+    fn cache_bytes(&self, at: u64, len: usize) -> Vec<u8> {
+        for c in &self.rewriter.caches {
+            if let Some(off) = at.checked_sub(c.region.remote).filter(|&o| o < c.region.len() as u64) {
+                let o = off as usize;
+                return c.region.bytes()[o..(o + len).min(c.region.len())].to_vec();
+            }
+        }
+        Vec::new()
+    }
+
+    /// Converts the records written so far into events and empties the
+    /// buffer. With `faulted`, records of that instruction at the end (it
+    /// did not run) are dropped.
+    fn drain(&mut self, thread: u32, faulted: Option<u64>) -> Result<(), InstrumentError> {
+        let Tracer { rewriter, writer, function_starts, code, .. } = self;
+        let Some(region) = rewriter.thread.as_mut() else { return Ok(()) };
+        let start = region.remote + layout::BUFFER;
+        let cursor = region.word(slot::CURSOR as u64);
+        let bytes = cursor.saturating_sub(start).min(layout::BUFFER_BYTES) as usize;
+        let base = layout::BUFFER as usize;
+        let raw = &region.bytes()[base..base + bytes - bytes % 8];
+        // SAFETY: every bit pattern is a u64; the buffer starts page-aligned
+        // in a page-aligned mapping, so the whole slice is the aligned middle.
+        let (head, all, _) = unsafe { raw.align_to::<u64>() };
+        debug_assert!(head.is_empty());
+        let mut records = all;
+        if let Some(pc) = faulted.and_then(|pc| code.get(&pc)) {
+            let sites: Vec<u32> = pc.operands.iter().map(|o| o.site).collect();
+            while let Some((&last, rest)) = records.split_last() {
+                match rewriter.table.kind(layout::split(last).0) {
+                    Some(RecordKind::Access(s) | RecordKind::RepStart { site: s, .. }) if sites.contains(&s) => {
+                        records = rest;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        rewriter.converter.convert(records, &rewriter.table, function_starts, |e| {
+            writer.push(thread, e).map_err(InstrumentError::from)
+        })?;
+        region.set_word(slot::CURSOR as u64, start);
+        let count = region.word(slot::COUNT as u64);
+        region.set_word(slot::COUNT as u64, 0);
+        self.accesses = self.rewriter.converter.accesses;
+        if count > 0 {
+            self.instructions += count;
+            self.writer.push(thread, &Event::Stepped { count })?;
+        }
+        Ok(())
+    }
+
+    /// Creates the traced thread's region (thread block, dispatch table,
+    /// buffer) the first time.
+    fn thread_region(&mut self, tid: Tid) -> Result<(), InstrumentError> {
+        if let Some(region) = self.rewriter.thread.as_mut() {
+            let start = region.remote + layout::BUFFER;
+            region.set_word(slot::CURSOR as u64, start);
+            return Ok(());
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        let mut region = SharedRegion::create(self.pid, tid, layout::THREAD_REGION_BYTES, prot, None)?;
+        region.protect_none(self.pid, tid, layout::GUARD, 4096)?;
+        // Empty entries hold a key no target has (all ones, negated: 1).
+        for i in 0..layout::TABLE_ENTRIES {
+            region.set_word(layout::TABLE as u64 + 16 * i, 1);
+        }
+        let start = region.remote + layout::BUFFER;
+        region.set_word(slot::CURSOR as u64, start);
+        self.rewriter.thread = Some(region);
+        Ok(())
+    }
+
+    /// Points the dispatch table's entry for `target` at `translated`.
+    fn add_to_table(&mut self, target: u64, translated: u64) {
+        if let Some(region) = self.rewriter.thread.as_mut() {
+            let entry = layout::TABLE as u64 + 16 * (target & (layout::TABLE_ENTRIES - 1));
+            region.set_word(entry, target.wrapping_neg());
+            region.set_word(entry + 8, translated);
+        }
+    }
+
+    /// Replaces exit stub `stub` with a jump to `to`.
+    fn link(&mut self, stub: u64, to: u64) {
+        self.rewriter.exits.remove(&stub);
+        for c in &mut self.rewriter.caches {
+            let Some(off) = stub.checked_sub(c.region.remote).filter(|&o| o + (STUB_BYTES as u64) <= c.used) else {
+                continue;
+            };
+            let o = off as usize;
+            let mut code = [0xccu8; STUB_BYTES];
+            match i32::try_from(to as i64 - (stub as i64 + 5)) {
+                Ok(rel) => {
+                    code[0] = 0xe9;
+                    code[1..5].copy_from_slice(&rel.to_le_bytes());
+                }
+                Err(_) => {
+                    code[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+                    code[6..14].copy_from_slice(&to.to_le_bytes());
+                }
+            }
+            c.region.bytes_mut()[o..o + STUB_BYTES].copy_from_slice(&code);
+            return;
+        }
+    }
+
+    /// The translation of the code at `pc`, made now if needed.
+    fn translate(&mut self, tid: Tid, pc: u64) -> Result<u64, InstrumentError> {
+        if let Some(&t) = self.rewriter.translated.get(&pc) {
+            return Ok(t);
+        }
+        let allocator = self.allocator_entries.get(&pc).copied();
+        let mut insns: Vec<DecodedInstruction> = Vec::new();
+        if allocator.is_none() {
+            let mut at = pc;
+            while insns.len() < MAX_BLOCK_INSTRUCTIONS {
+                let Some(insn) = self.instruction(tid, at)?.cloned() else { break };
+                at += u64::from(insn.len);
+                let ends = insn.flow != FlowControl::Next;
+                insns.push(insn);
+                if ends || self.allocator_entries.contains_key(&at) {
+                    break;
+                }
+            }
+            if insns.is_empty() {
+                return Err(InstrumentError::Ptrace {
+                    what: "translating code linetrace cannot decode",
+                    cause: std::io::Error::other(format!("at {pc:#x}")),
+                });
+            }
+        }
+        let cache = self.cache_near(tid, pc)?;
+        let fsgsbase = has_fsgsbase();
+        let Tracer { rewriter, function_starts, factory, .. } = self;
+        let c = &mut rewriter.caches[cache];
+        let at = c.region.remote + c.used;
+        let ctx = Context { function_starts, routines: c.routines, fsgsbase };
+        let encoded = match allocator {
+            Some(kind) => codegen::allocator_entry(kind, pc, at, &ctx, &mut rewriter.table)?,
+            None => codegen::translate_block(&insns, at, &ctx, &mut rewriter.table, factory)?,
+        };
+        let len = encoded.code.len() as u64;
+        if c.used + len > c.region.len() as u64 {
+            return Err(InstrumentError::Ptrace {
+                what: "translating (the code cache is full)",
+                cause: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+            });
+        }
+        let o = c.used as usize;
+        c.region.bytes_mut()[o..o + encoded.code.len()].copy_from_slice(&encoded.code);
+        c.used = (c.used + len + 15) & !15;
+        for (off, target) in encoded.exits {
+            rewriter.exits.insert(at + u64::from(off), target);
+        }
+        let first = encoded.pcs.first().map_or(pc, |&(_, p)| p);
+        rewriter.pcs.insert(at, (first, first));
+        let next_pcs: Vec<u64> = encoded.pcs.iter().skip(1).map(|&(_, p)| p).collect();
+        for (i, &(off, original)) in encoded.pcs.iter().enumerate() {
+            let next = next_pcs.get(i).copied().or_else(|| insns.get(i).map(|n| n.instr.next_ip())).unwrap_or(original);
+            rewriter.pcs.insert(at + u64::from(off), (original, next));
+        }
+        rewriter.approximations += u64::from(encoded.approximations);
+        rewriter.blocks += 1;
+        rewriter.translated.insert(pc, at);
+        Ok(at)
+    }
+
+    /// Index of a code cache within reach of `pc` with room left, made if
+    /// there is none.
+    fn cache_near(&mut self, tid: Tid, pc: u64) -> Result<usize, InstrumentError> {
+        const REACH: u64 = (1 << 31) - CACHE_BYTES - (1 << 20);
+        let room = |c: &CodeCache| c.used + (64 << 10) < c.region.len() as u64;
+        if let Some(i) = self.rewriter.caches.iter().position(|c| c.region.remote.abs_diff(pc) < REACH && room(c)) {
+            return Ok(i);
+        }
+        let prot = libc::PROT_READ | libc::PROT_EXEC;
+        let mut region = SharedRegion::create(self.pid, tid, CACHE_BYTES, prot, Some(pc))?;
+        let (encoded, routines) = codegen::routines(region.remote, &mut self.rewriter.table, has_fsgsbase())?;
+        region.bytes_mut()[..encoded.code.len()].copy_from_slice(&encoded.code);
+        let used = (encoded.code.len() as u64 + 15) & !15;
+        self.rewriter.caches.push(CodeCache { region, used, routines });
+        Ok(self.rewriter.caches.len() - 1)
+    }
+}

@@ -1,0 +1,215 @@
+//! The rewrite backend (`record --backend rewrite`) against the ptrace
+//! backend, event for event; against the native run of the program; and
+//! against cachegrind on a run long enough to fill its record buffer.
+//!
+//! Both recorders run under `setarch -R` (no address randomization), so the
+//! two traces of one program carry the same addresses.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::*;
+
+/// A program of the trials.
+enum Example {
+    /// `examples/c/NAME.c`, with extra gcc flags.
+    C(&'static str, &'static [&'static str]),
+    /// `examples/cpp/NAME.cpp`.
+    Cpp(&'static str),
+    /// A cargo example.
+    Rust(&'static str),
+}
+
+impl Example {
+    fn build(&self) -> PathBuf {
+        match *self {
+            Example::C(name, flags) => c_example(name, flags),
+            Example::Cpp(name) => cpp_example(name),
+            Example::Rust(name) => rust_example(name),
+        }
+    }
+}
+
+/// Runs `command` without address-space randomization.
+fn no_aslr(program: &Path) -> Command {
+    let mut cmd = Command::new("setarch");
+    cmd.args(["x86_64", "-R"]).arg(program);
+    cmd
+}
+
+fn record_with_backend(backend: &str, program: &Path, function: &str, args: &[&str], trace: &Path) -> Output {
+    no_aslr(Path::new(env!("CARGO_BIN_EXE_linetrace")))
+        .args(["record", "--quiet", "--backend", backend, "-f", function, "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("setarch runs linetrace (util-linux installed?)")
+}
+
+/// The trace's events, without what legitimately differs between two
+/// recordings: thread ids, site numbering (sites are numbered in the order
+/// each recorder first decodes them), and where instruction counts are
+/// flushed.
+fn events(trace: &Path) -> Vec<String> {
+    dump(trace)
+        .into_iter()
+        .filter(|l| !l.contains(" stepped "))
+        .map(|l| {
+            let l = l.split_once(' ').map_or(l.as_str(), |(_, rest)| rest).to_string();
+            l.split(' ').filter(|f| !f.starts_with("site=") && !f.starts_with("parent=")).collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+/// Disassembly of the instruction at `pc` of `binary` (loaded at the base
+/// `setarch -R` gives position-independent executables), for a message.
+fn disassembly(binary: &Path, line: &str) -> String {
+    let Some(pc) = hex_field(line, "pc").or_else(|| hex_field(line, "callsite")) else {
+        return String::new();
+    };
+    const PIE_BASE: u64 = 0x5555_5555_4000;
+    let link = if (PIE_BASE..PIE_BASE + (1 << 30)).contains(&pc) { pc - PIE_BASE } else { pc };
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "-M", "intel"])
+        .arg(format!("--start-address={link:#x}"))
+        .arg(format!("--stop-address={:#x}", link + 16))
+        .arg(binary)
+        .output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let insns: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_hexdigit()) && l.contains(":\t"))
+        .collect();
+    match insns.first() {
+        Some(i) => format!("\n  instruction: {}", i.trim()),
+        None => format!("\n  instruction at {pc:#x} is outside {} (a library)", binary.display()),
+    }
+}
+
+/// Panics with the first difference of two event lists, in context.
+fn assert_same_events(what: &str, binary: &Path, ptrace: &[String], rewrite: &[String]) {
+    let first = ptrace.iter().zip(rewrite).position(|(a, b)| a != b);
+    let Some(i) = first.or((ptrace.len() != rewrite.len()).then(|| ptrace.len().min(rewrite.len()))) else {
+        return;
+    };
+    let context = |v: &[String]| v[i.saturating_sub(3)..(i + 3).min(v.len())].join("\n    ");
+    let (a, b) = (ptrace.get(i).map_or("(end)", String::as_str), rewrite.get(i).map_or("(end)", String::as_str));
+    panic!(
+        "{what}: event {i} of {} (ptrace) / {} (rewrite) differs\n  ptrace:  {a}{}\n  rewrite: {b}{}\n  ptrace context:\n    {}\n  rewrite context:\n    {}",
+        ptrace.len(),
+        rewrite.len(),
+        disassembly(binary, a),
+        disassembly(binary, b),
+        context(ptrace),
+        context(rewrite)
+    );
+}
+
+/// Lines of stderr that are the program's, not linetrace's.
+fn program_stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).lines().filter(|l| !l.starts_with("linetrace:")).collect::<Vec<_>>().join("\n")
+}
+
+/// Every example, traced both ways, gives the same events; and the program
+/// behaves as natively (stdout, stderr, exit status). Covers calls and
+/// returns through libc (printf, malloc), tail calls, rep-string ranges,
+/// AVX2 gathers (per element), fs-relative operands (the stack protector),
+/// a SIGSEGV inside the function (records up to the fault), the program's
+/// own SIGTRAP with and without a handler (the handler is traced), exec,
+/// a C++ exception caught inside and one escaping the function, a Rust
+/// panic caught inside it, backtrace() inside it, and a static program.
+#[test]
+fn rewrite_traces_equal_ptrace_traces_and_programs_run_as_natively() {
+    let trials: &[(Example, &str, &[&str])] = &[
+        (Example::C("array_sweep", &[]), "work", &[]),
+        (Example::C("array_sweep", &["-static"]), "work", &[]),
+        (Example::C("recursion", &[]), "main", &[]),
+        (Example::C("string_ops", &[]), "main", &[]),
+        (Example::C("list_vs_array", &[]), "main", &[]),
+        (Example::C("matmul", &[]), "main", &[]),
+        (Example::C("lookup", &[]), "main", &[]),
+        (Example::C("strlen", &[]), "main", &[]),
+        (Example::C("cold", &[]), "main", &[]),
+        (Example::C("alloc_wrapper", &[]), "main", &[]),
+        (Example::C("crash", &[]), "walk", &[]),
+        (Example::C("sigtrap", &[]), "poke", &["int3", "handle"]),
+        (Example::C("sigtrap", &[]), "poke", &["raise"]),
+        (Example::C("exec", &[]), "main", &[]),
+        (Example::C("backtrace", &[]), "work", &[]),
+        (Example::Cpp("exceptions"), "work", &[]),
+        (Example::Rust("panic_caught"), "panic_caught::work", &[]),
+    ];
+    for (example, function, args) in trials {
+        let bin = example.build();
+        let name = format!("{} {function} {}", bin.file_name().and_then(|n| n.to_str()).unwrap_or("?"), args.join(" "));
+        let native = no_aslr(&bin).args(*args).output().expect("runs natively");
+        let pt_trace = trace_path("identity-ptrace");
+        let rw_trace = trace_path("identity-rewrite");
+        let pt = record_with_backend("ptrace", &bin, function, args, &pt_trace);
+        let rw = record_with_backend("rewrite", &bin, function, args, &rw_trace);
+        let native_status = shell_status(&native);
+        assert_eq!(shell_status(&rw), native_status, "{name}: exit status, rewrite vs native: {}", stderr_of(&rw));
+        assert_eq!(shell_status(&pt), native_status, "{name}: exit status, ptrace vs native");
+        assert_eq!(String::from_utf8_lossy(&rw.stdout), String::from_utf8_lossy(&native.stdout), "{name}: stdout");
+        assert_eq!(program_stderr(&rw), program_stderr(&native), "{name}: the program's stderr");
+        let (a, b) = (events(&pt_trace), events(&rw_trace));
+        assert!(a.iter().any(|e| e.starts_with("access")), "{name}: the ptrace trace has accesses");
+        assert_same_events(&name, &bin, &a, &b);
+    }
+}
+
+/// The exit status as a shell reports it (128 + signal for a death by
+/// signal), which is what linetrace exits with.
+fn shell_status(out: &Output) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    out.status.code().or(out.status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A run of 7M reads fills the 4M-record buffer (the target faults on its
+/// guard page, linetrace empties it, the store is restarted): reads, writes
+/// and instructions still equal cachegrind's for the function.
+#[test]
+fn long_runs_empty_the_record_buffer_and_equal_cachegrind() {
+    let bin = c_example("matmul", &["-DN=192", "-DNO_INIT"]);
+    let oracle = cachegrind(&bin, &[], "matmul_naive");
+    assert!(oracle.dr > 5_000_000, "{oracle:?}");
+    let trace = trace_path("rewrite-matmul192");
+    let out = record_with(&["--backend", "rewrite", "-f", "matmul_naive"], &bin, &[], &trace);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let r = report(&trace);
+    assert_eq!(r["total"]["reads"], oracle.dr, "reads vs cachegrind Dr");
+    assert_eq!(r["total"]["writes"], oracle.dw, "writes vs cachegrind Dw");
+    assert_eq!(r["total"]["instructions"], oracle.ir, "instructions vs cachegrind Ir");
+    assert_eq!(r["truncated"], false);
+}
+
+/// Threads calling the function while one is traced: each call is either
+/// traced or counted, as with ptrace, and the program's output is intact
+/// (threads created inside the traced call run natively).
+#[test]
+fn calls_on_other_threads_are_counted_with_rewrite() {
+    for (example, function) in [("thread_calls", "work"), ("threads", "main")] {
+        let bin = c_example(example, &[]);
+        let native = Command::new(&bin).output().expect("runs natively");
+        let trace = trace_path("rewrite-threads");
+        let out = record_with(&["--backend", "rewrite", "-f", function], &bin, &[], &trace);
+        assert!(out.status.success(), "{example}: {}", stderr_of(&out));
+        assert_eq!(out.stdout, native.stdout, "{example}: stdout");
+        let r = report(&trace);
+        let traced = r["total"]["invocations"].as_u64().expect("invocations");
+        let skipped = r["skipped_invocations"].as_u64().expect("skipped");
+        if example == "thread_calls" {
+            assert_eq!(traced + skipped, 12, "traced {traced} + skipped {skipped}");
+        } else {
+            assert_eq!((traced, skipped), (1, 0));
+        }
+    }
+}
