@@ -12,6 +12,8 @@
 //! rounds: the machine is noisy, ratios are what to compare), and the
 //! on-disk bytes per recorded access.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -21,21 +23,10 @@ use instrument::sys;
 
 const ROUNDS: usize = 5;
 
+/// -no-pie: link-time addresses are run-time addresses, so the raw stepper
+/// needs no load-bias logic.
 fn build(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c").join(format!("{name}.c"));
-    let out = dir.join(name);
-    // -no-pie: link-time addresses are run-time addresses, so the raw
-    // stepper needs no load-bias logic.
-    let ok = Command::new("gcc")
-        .args(["-O2", "-g", "-no-pie", "-pthread"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "gcc failed on {}", src.display());
-    out
+    common::build_c_example(name, dir, &["-no-pie", "-pthread"])
 }
 
 /// Steps `function` of `program` with nothing but step/wait/getregs.

@@ -28,7 +28,7 @@ pub enum Command {
     /// Run a program and record every memory access of one function.
     ///
     /// The program starts under ptrace. When a thread enters the function,
-    /// linetrace single-steps that thread through the whole call, callees
+    /// linetrace follows that thread through the whole call, callees
     /// included, until it returns to its caller, recording each memory read
     /// and write (address, size, instruction), calls and returns, and the
     /// allocator calls it makes (malloc, calloc, realloc, free,
@@ -41,9 +41,9 @@ pub enum Command {
     /// IFUNC (strlen, memcpy: glibc picks an implementation for the CPU at
     /// load time) is traced in the implementation the program really calls.
     ///
-    /// Threads: only the thread that entered the function is stepped; other
-    /// threads run freely. Their entries into the function meanwhile are not
-    /// traced; they are counted and reported.
+    /// Threads: only the thread that entered the function is traced; other
+    /// threads run freely (threads it creates too). Their entries into the
+    /// function meanwhile are not traced; they are counted and reported.
     ///
     /// The program's stdin, stdout and stderr pass through, and linetrace
     /// exits with its exit code (128 + signal if it was killed). It runs with
@@ -51,8 +51,12 @@ pub enum Command {
     /// Signals the program raises itself (SIGTRAP included) are delivered.
     /// An exec ends tracing: the new program runs untraced.
     ///
-    /// Single-stepping is slow (tens of thousands of instructions per
-    /// second): trace small functions. The trace is written to OUTPUT.partial
+    /// Backends (--backend): `rewrite` (default) runs the call as
+    /// instrumented copies of its code, translated block by block into a
+    /// code cache inside the program: tens of millions of accesses per
+    /// second. `ptrace` single-steps every instruction: tens of thousands
+    /// per second, the reference (both give the same events). The trace is
+    /// written to OUTPUT.partial
     /// and renamed to OUTPUT when the recording ends; Ctrl-C kills the program
     /// and keeps a readable trace marked truncated (exit code 130). If
     /// linetrace itself is killed, OUTPUT.partial stays, readable up to the
@@ -273,13 +277,14 @@ pub struct RecordArgs {
     /// Trace at most N invocations of the function.
     #[arg(long, value_name = "N")]
     pub max_invocations: Option<u32>,
-    /// How to record the function's accesses: `ptrace` single-steps every
-    /// instruction (about 70k instructions/s; exact); `rewrite` runs the
-    /// function as instrumented copies of its code from a code cache in the
-    /// target (hundreds of times faster; gathers and scatters are counted,
-    /// not recorded per element; signal handlers run untraced; the thread
-    /// that entered the function is traced, others are counted).
-    #[arg(long, value_enum, default_value_t = BackendArg::Ptrace, conflicts_with = "allocations")]
+    /// How to record the function's accesses: `rewrite` runs the function
+    /// as instrumented copies of its code from a code cache in the program
+    /// (hundreds of times faster than ptrace; refuses programs that use the
+    /// gs segment; a gather with a ZMM index vector is counted, not recorded
+    /// per element; signal handlers see code-cache addresses in their
+    /// ucontext); `ptrace` single-steps every instruction (about 70k
+    /// instructions/s), the reference.
+    #[arg(long, value_enum, default_value_t = BackendArg::Rewrite, conflicts_with = "allocations")]
     pub backend: BackendArg,
     /// Record the whole program's allocations instead of one function's
     /// accesses: every malloc/calloc/realloc/free/posix_memalign/

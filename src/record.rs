@@ -24,15 +24,14 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
         return record_allocations(program, command.collect(), usize::from(args.alloc_stack), out, args.quiet);
     }
     let show_progress = !args.quiet;
-    let backend: instrument::Backend = args.backend.into();
     let tty = std::io::stderr().is_terminal();
     let progress: Box<dyn FnMut(&instrument::Progress)> = Box::new(move |p: &instrument::Progress| {
-        if !show_progress || backend == instrument::Backend::Rewrite {
+        if !show_progress {
             return;
         }
         let rate = p.instructions as f64 / p.elapsed.as_secs_f64().max(1e-9);
         let line = format!(
-            "linetrace: {} instructions stepped ({:.0}/s), {} accesses, {} invocations",
+            "linetrace: {} instructions traced ({:.0}/s), {} accesses, {} invocations",
             p.instructions, rate, p.accesses, p.invocations
         );
         if tty {

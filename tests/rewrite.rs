@@ -213,3 +213,81 @@ fn calls_on_other_threads_are_counted_with_rewrite() {
         }
     }
 }
+
+/// The functions of `binary` (`nm -n -C`), by link-time address.
+fn functions_by_address(binary: &Path) -> Vec<(u64, String)> {
+    let out = Command::new("nm").args(["-n", "-C", "--defined-only"]).arg(binary).output().expect("nm runs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ' ');
+            let (addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            let addr = u64::from_str_radix(addr, 16).ok()?;
+            matches!(kind, "t" | "T").then(|| (addr, name.to_string()))
+        })
+        .collect()
+}
+
+/// Third-party C code: zstd's compressor (the C sources the zstd-sys crate
+/// builds), traced through `zstd_compress::work` — tens of millions of
+/// instructions. Every `ZSTD_`/`HUF_`/`FSE_` function cachegrind saw (the
+/// program calls them only inside `work`) has exactly cachegrind's reads in
+/// linetrace's per-function table, and no other such function appears.
+#[test]
+fn zstd_compression_reads_equal_cachegrind_per_function() {
+    let bin = rust_example("zstd_compress");
+    let third_party = |name: &str| ["ZSTD_", "HUF_", "FSE_"].iter().any(|p| name.starts_with(p));
+    // Compiler fragments (`f.cold`, `f.part.0`) count in their function.
+    let base = |name: &str| name.split(['.', ' ']).next().unwrap_or(name).to_string();
+    let mut oracle: std::collections::BTreeMap<String, u64> = Default::default();
+    for (name, counts) in cachegrind_functions(&bin, &[]) {
+        if third_party(&name) {
+            *oracle.entry(base(&name)).or_default() += counts.dr;
+        }
+    }
+    assert!(oracle.len() >= 20, "cachegrind saw only {} zstd functions", oracle.len());
+    let trace = trace_path("rewrite-zstd");
+    let out = record_with(&["-f", "zstd_compress::work"], &bin, &[], &trace);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let r = report(&trace);
+    assert!(r["total"]["instructions"].as_u64() > Some(10_000_000), "{}", r["total"]);
+    let by = linetrace().args(["report", "--json", "--by", "function"]).arg(&trace).output().expect("report");
+    let by: serde_json::Value = serde_json::from_slice(&by.stdout).expect("JSON");
+    let mut ours: std::collections::BTreeMap<String, u64> = Default::default();
+    for row in by["by_function"].as_array().expect("rows") {
+        let key = row["key"].as_str().unwrap_or_default();
+        if third_party(key) {
+            *ours.entry(base(key)).or_default() += row["self_reads"].as_u64().unwrap_or(0);
+        }
+    }
+    // A rep-string instruction is one access over its range here, one per
+    // iteration in cachegrind: count the extra iterations in its function.
+    let functions = functions_by_address(&bin);
+    let events = dump(&trace);
+    let start = events.iter().find(|l| l.contains(" invocation-start ")).expect("an invocation");
+    let work = functions.iter().find(|(_, name)| name == "zstd_compress::work").expect("work in nm").0;
+    let bias = hex_field(start, "pc").expect("pc") - work;
+    for l in events.iter().filter(|l| l.contains(" range=1")) {
+        let kind = text_field(l, "kind").expect("kind");
+        let pc = hex_field(l, "pc").expect("pc").wrapping_sub(bias);
+        let at = functions.partition_point(|&(a, _)| a <= pc);
+        let Some((_, name)) = at.checked_sub(1).map(|i| &functions[i]) else { continue };
+        if (kind == "read" || kind == "modify") && third_party(name) {
+            let iterations = dec_field(l, "size").expect("size") / dec_field(l, "elem").expect("elem");
+            *ours.entry(base(name)).or_default() += iterations.saturating_sub(1);
+        }
+    }
+    let mismatched: Vec<String> = oracle
+        .iter()
+        .filter(|(f, dr)| ours.get(*f) != Some(dr))
+        .map(|(f, dr)| format!("{f}: cachegrind {dr}, linetrace {:?}", ours.get(f)))
+        .chain(ours.keys().filter(|f| !oracle.contains_key(*f)).map(|f| format!("{f}: only in linetrace")))
+        .collect();
+    assert!(
+        mismatched.is_empty(),
+        "{} of {} functions differ:\n{}",
+        mismatched.len(),
+        oracle.len(),
+        mismatched.join("\n")
+    );
+}

@@ -1,10 +1,28 @@
-//! Synthetic traces shared by the benches.
+//! What the benches share: building the C examples, synthetic traces,
+//! measuring a child process.
 
 #![allow(dead_code)]
 
 use std::path::Path;
 
 use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+
+/// Builds `examples/c/NAME.c` into `dir` with `gcc -O2 -g` and `flags`.
+pub fn build_c_example(name: &str, dir: &Path, flags: &[&str]) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c").join(format!("{name}.c"));
+    let out = dir.join(name);
+    let ok = std::process::Command::new("gcc")
+        .args(["-O2", "-g"])
+        .args(flags)
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "gcc failed on {}", src.display());
+    out
+}
 
 /// What a synthetic trace reads.
 #[derive(Clone, Copy, Debug)]

@@ -395,8 +395,11 @@ impl CallTreeBuilder {
         if self.frames.len() < MAX_FRAMES {
             return;
         }
-        while self.frames.len() > MAX_FRAMES / 2 {
-            self.pruned_below = (self.pruned_below * 2).max(2);
+        // The width threshold only grows when the current one no longer
+        // frees enough: doubling it at every call would overflow on a trace
+        // with millions of calls.
+        self.pruned_below = self.pruned_below.max(2);
+        loop {
             let min = self.pruned_below;
             let mut new_id: Vec<Option<FrameId>> = Vec::with_capacity(self.frames.len());
             let mut write = 0usize;
@@ -424,6 +427,11 @@ impl CallTreeBuilder {
                 }
             }
             self.current = None;
+            if self.frames.len() <= MAX_FRAMES / 2 || min == u64::MAX {
+                // Done, or only open frames are left (as deep as the stack).
+                break;
+            }
+            self.pruned_below = min.saturating_mul(2);
         }
     }
 
@@ -467,6 +475,27 @@ fn add(total: &mut Inclusive, more: Inclusive) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Millions of short calls (a compressor's inner loop) prune many times;
+    /// the width threshold stays where it frees enough frames.
+    #[test]
+    fn millions_of_calls_prune_without_raising_the_threshold_each_time() {
+        let mut b = CallTreeBuilder::new();
+        b.invocation_start(1, 0, 0x100, 1000, 0);
+        // A dozen prunes: enough for a threshold doubled at each to show.
+        let calls = 6 * MAX_FRAMES as u64;
+        for i in 0..calls {
+            b.call(1, 0x110, 0x200, 992, 2 * i);
+            b.read(1);
+            b.ret(1, 1000, 2 * i + 1);
+            b.read(1);
+        }
+        b.invocation_end(1, 2 * calls);
+        let t = b.finish(2 * calls);
+        assert!(t.frames.len() <= MAX_FRAMES, "{} frames kept", t.frames.len());
+        assert_eq!(t.pruned_below, 2, "frames one column wide need a threshold of 2, no more");
+        assert_eq!(t.function_totals[&0x200], Inclusive { reads: calls, writes: 0 }, "totals survive pruning");
+    }
 
     #[test]
     fn nested_calls_get_column_spans_and_totals() {

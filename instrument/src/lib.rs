@@ -1,13 +1,21 @@
 //! The tracers of linetrace.
 //!
-//! Today this is the ptrace single-step backend: it launches a program,
-//! stops at the function to trace, single-steps the thread that entered it
-//! through the whole dynamic extent of the call (callees included), and
-//! writes a trace in the [`trace_rt::format`] format.
+//! Both backends launch a program, stop at the function to trace, follow the
+//! thread that entered it through the whole dynamic extent of the call
+//! (callees included), and write a trace in the [`trace_rt::format`] format,
+//! with the same events for the same execution (`tests/rewrite.rs` checks
+//! this event for event):
+//! - [`Backend::Rewrite`] (the CLI's default) runs the function as
+//!   instrumented copies of its code in a code cache inside the target;
+//!   linetrace translates each block on first use and reads the records the
+//!   copies append to a shared buffer. Hundreds of times faster than
+//!   stepping. See the `rewrite` module for its design.
+//! - [`Backend::Ptrace`] single-steps every instruction (~70k/s): the
+//!   reference, and the fallback when the program uses the `gs` segment.
 //!
 //! Design constraints:
-//! - Per step the loop makes exactly three system calls (step, wait, get
-//!   registers); decoding happens once per distinct pc and is cached.
+//! - Per step the ptrace loop makes exactly three system calls (step, wait,
+//!   get registers); decoding happens once per distinct pc and is cached.
 //! - Allocator calls (`malloc`, `calloc`, `realloc`, `free`,
 //!   `posix_memalign`, `aligned_alloc`, `memalign`) are run natively and
 //!   recorded with their arguments and result; the allocator's own loads
@@ -31,6 +39,7 @@
 //!     output: "work.lntrace".into(),
 //!     max_invocations: None,
 //!     progress: None,
+//!     backend: instrument::Backend::Rewrite,
 //! })?;
 //! println!("{} reads and writes", summary.accesses);
 //! # Ok::<(), instrument::InstrumentError>(())
@@ -83,11 +92,11 @@ pub struct RecordOptions {
 pub enum Backend {
     /// Single-step every instruction with ptrace: slow (~70k instructions/s),
     /// exact for everything the kernel lets a debugger see.
-    #[default]
     Ptrace,
     /// Run the function as translated, instrumented code from a code cache
     /// in the target (ptrace only to translate new blocks and to empty the
     /// record buffer).
+    #[default]
     Rewrite,
 }
 
@@ -148,7 +157,7 @@ pub struct RecordSummary {
     pub elapsed: Duration,
 }
 
-/// Records a trace of `options.program` with the ptrace single-step backend.
+/// Records a trace of `options.program` with `options.backend`.
 pub fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
     tracer::record(options)
 }

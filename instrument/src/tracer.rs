@@ -126,6 +126,9 @@ struct Tracer {
     scratch: Vec<(u32, u64)>,
     backend: Backend,
     rewriter: rewrite::Rewriter,
+    /// SIGSTOPs the rewrite backend's ticker sent that are still to arrive,
+    /// by thread: suppressed, not delivered.
+    pending_ticks: HashMap<Tid, u64>,
 }
 
 pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
@@ -212,6 +215,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         scratch: Vec::new(),
         backend: options.backend,
         rewriter: rewrite::Rewriter::default(),
+        pending_ticks: HashMap::new(),
     };
     if tracer.max_invocations != Some(0) {
         tracer.entry_bp = Some(Breakpoint::insert(pid, tracer.entry)?);
@@ -614,6 +618,12 @@ impl Tracer {
         {
             // A forked child stopping before its parent's fork event.
             self.release_child(tid, false, temp_bp);
+            return Ok(());
+        }
+        if let Some(n) = self.pending_ticks.get_mut(&tid).filter(|n| signo == libc::SIGSTOP && **n > 0) {
+            // A late tick of the rewrite backend's ticker.
+            *n -= 1;
+            resume(0);
             return Ok(());
         }
         if signo == libc::SIGSTOP && (self.awaiting_initial_stop.remove(&tid) || self.known_threads.insert(tid)) {
@@ -1091,6 +1101,11 @@ impl Tracer {
         if self.last_flush.elapsed() < FLUSH_EVERY {
             return Ok(());
         }
+        self.flush_and_report(thread)
+    }
+
+    /// Writes buffered events and reports progress.
+    fn flush_and_report(&mut self, thread: u32) -> Result<(), InstrumentError> {
         self.flush_steps_for(thread)?;
         self.writer.flush()?;
         self.last_flush = Instant::now();

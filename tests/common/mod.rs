@@ -165,36 +165,58 @@ pub fn cachegrind_lines_with(
     options: &[&str],
     function: &str,
 ) -> std::collections::BTreeMap<(String, u32), CachegrindCounts> {
-    let text = run_cachegrind(program, args, options);
+    let mut lines = std::collections::BTreeMap::new();
+    for (f, file, line, counts) in parse_cachegrind(&run_cachegrind(program, args, options)) {
+        if f == function {
+            lines.entry((file, line)).or_insert_with(CachegrindCounts::default).add(&counts);
+        }
+    }
+    lines
+}
+
+/// Cachegrind's self counts of every function of a run, by name.
+pub fn cachegrind_functions(program: &Path, args: &[&str]) -> std::collections::BTreeMap<String, CachegrindCounts> {
+    let mut functions = std::collections::BTreeMap::new();
+    for (f, _, _, counts) in parse_cachegrind(&run_cachegrind(program, args, &[])) {
+        functions.entry(f).or_insert_with(CachegrindCounts::default).add(&counts);
+    }
+    functions
+}
+
+/// The (function, file name without directories, line, counts) rows of a
+/// cachegrind output file.
+fn parse_cachegrind(text: &str) -> Vec<(String, String, u32, CachegrindCounts)> {
     let events: Vec<&str> =
         text.lines().find_map(|l| l.strip_prefix("events:")).expect("events line").split_whitespace().collect();
     let col = |name: &str| events.iter().position(|e| *e == name).expect("event column");
     let (ir, dr, dw) = (col("Ir"), col("Dr"), col("Dw"));
     let (d1mr, d1mw, dlmr, dlmw) = (col("D1mr"), col("D1mw"), col("DLmr"), col("DLmw"));
-    let mut lines = std::collections::BTreeMap::new();
-    let mut in_function = false;
+    let mut rows = Vec::new();
+    let mut function = String::new();
     let mut file = String::new();
     for line in text.lines() {
         if let Some(f) = line.strip_prefix("fn=") {
-            in_function = f == function;
+            function = f.to_string();
         } else if let Some(f) = line.strip_prefix("fl=").or(line.strip_prefix("fi=")).or(line.strip_prefix("fe=")) {
             // fi/fe switch the file of the following lines (inlined code)
             // and keep the function.
             file = f.rsplit('/').next().unwrap_or(f).to_string();
-        } else if in_function && line.starts_with(|c: char| c.is_ascii_digit()) {
+        } else if line.starts_with(|c: char| c.is_ascii_digit()) {
             let nums: Vec<u64> = line.split_whitespace().map(|n| n.parse().unwrap_or(0)).collect();
             let get = |i: usize| nums.get(i + 1).copied().unwrap_or(0);
-            let entry: &mut CachegrindCounts = lines.entry((file.clone(), nums[0] as u32)).or_default();
-            entry.ir += get(ir);
-            entry.dr += get(dr);
-            entry.dw += get(dw);
-            entry.d1mr += get(d1mr);
-            entry.d1mw += get(d1mw);
-            entry.dlmr += get(dlmr);
-            entry.dlmw += get(dlmw);
+            let counts = CachegrindCounts {
+                ir: get(ir),
+                dr: get(dr),
+                dw: get(dw),
+                d1mr: get(d1mr),
+                d1mw: get(d1mw),
+                dlmr: get(dlmr),
+                dlmw: get(dlmw),
+            };
+            rows.push((function.clone(), file.clone(), nums[0] as u32, counts));
         }
     }
-    lines
+    rows
 }
 
 /// Runs cachegrind with the cache simulation; returns its output file.

@@ -6,7 +6,37 @@
 //! the target, ptrace is the control channel. The cache and the thread's
 //! record buffer are shared memory (a memfd mapped in both processes), so
 //! linetrace writes translations and reads records without system calls, and
-//! keeps every record even when the target dies.
+//! keeps every record even when the target dies. Chosen over an in-process
+//! agent because the ptrace backend already controls the process (entry
+//! breakpoint, threads, forks, exec, allocator recognition are shared, and
+//! so are the event rules), nothing has to be injected or found at run time,
+//! static programs work alike, and the target sees no extra thread.
+//!
+//! - The translated thread reaches its *thread block* (spill slots, record
+//!   cursor, dispatch table, record buffer) through `gs`, set by ptrace for
+//!   the invocation; a program that uses `gs` is refused.
+//! - Instrumentation touches neither flags nor the program's stack: two
+//!   scratch registers the instruction does not use are spilled to the
+//!   thread block, the operand's address is taken with `lea` (fs-relative
+//!   ones add `rdfsbase`), an 8-byte record (48-bit value, 16-bit tag) is
+//!   stored, the cursor bumped with `lea`.
+//! - Direct branches exit through stubs that trap to linetrace once and are
+//!   then patched into jumps; returns and indirect branches look the original
+//!   target up in the dispatch table (flag-free: `lea` + `jrcxz`) and trap
+//!   only on a miss. Calls push the original return address.
+//! - Allocators run natively: their entry records the arguments and sends
+//!   the return through a routine that records the result.
+//! - A full buffer faults on its guard page; linetrace converts the records
+//!   to events and restarts the store. A ticker stops the thread once a
+//!   second for the same (progress, and at most a second lost to a
+//!   `kill -9` of the recorder).
+//! - Signals are delivered with a single step, so handlers run translated;
+//!   a fault drops the records of the instruction that did not run. Threads
+//!   and forked children created inside the call continue natively.
+//!
+//! Known approximations: a ZMM index vector of a gather is not read (counted
+//! in [`crate::RecordSummary::approximated`]); handlers see cache addresses
+//! in their `ucontext`.
 
 pub mod codegen;
 pub mod layout;

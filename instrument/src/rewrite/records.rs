@@ -15,7 +15,12 @@ use crate::event_rules;
 pub struct RecordTable {
     kinds: Vec<RecordKind>,
     tags: HashMap<RecordKind, u16>,
+    /// Per tag: the site of an `Access` kind, or `NOT_ACCESS` (the hot path
+    /// of conversion looks here first).
+    access_sites: Vec<SiteId>,
 }
+
+const NOT_ACCESS: SiteId = SiteId::MAX;
 
 impl Tags for RecordTable {
     fn tag(&mut self, kind: RecordKind) -> Result<u16, CodegenError> {
@@ -25,6 +30,7 @@ impl Tags for RecordTable {
         let t = u16::try_from(self.kinds.len()).map_err(|_| CodegenError::TooManyTags)?;
         self.kinds.push(kind);
         self.tags.insert(kind, t);
+        self.access_sites.push(if let RecordKind::Access(site) = kind { site } else { NOT_ACCESS });
         Ok(t)
     }
 }
@@ -67,6 +73,9 @@ pub struct Converter {
     pub last_callsite: u64,
     /// Accesses converted so far.
     pub accesses: u64,
+    /// Instructions to count beyond one per rep-string instruction (the
+    /// ptrace recorder counts each iteration as one), not yet taken.
+    pub extra_instructions: u64,
 }
 
 impl Converter {
@@ -80,6 +89,13 @@ impl Converter {
     ) -> Result<(), E> {
         for (index, &record) in records.iter().enumerate() {
             let (tag, value) = layout::split(record);
+            if let Some(&site) = table.access_sites.get(usize::from(tag)).filter(|&&s| s != NOT_ACCESS) {
+                if self.awaiting_target.is_none() {
+                    self.accesses += 1;
+                    push(&Event::Access { site, addr: value })?;
+                    continue;
+                }
+            }
             let bad = || RecordError { index, tag };
             let kind = table.kind(tag).ok_or_else(bad)?;
             if self.awaiting_target.is_some() && kind != RecordKind::Target {
@@ -95,6 +111,7 @@ impl Converter {
                 RecordKind::RepFlags => self.rep.flags = value,
                 RecordKind::RepEnd => {
                     let rep = std::mem::take(&mut self.rep);
+                    self.extra_instructions += rep.count.wrapping_sub(value).min(rep.count).saturating_sub(1);
                     let down = rep.flags & event_rules::DIRECTION_FLAG != 0;
                     for (site, size, start) in rep.starts {
                         let Some((addr, bytes)) = event_rules::rep_range(start, rep.count, value, size, down) else {

@@ -6,11 +6,14 @@
 //! backend's, shared.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 use trace_rt::format::{Event, TruncationReason};
 
-use super::{InvocationEnd, Tracer, raised_by_int3};
+use super::{FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
 use crate::decode::DecodedInstruction;
 use crate::error::ptrace_err;
 use crate::rewrite::codegen::{self, CodegenError, Context, Routines, STUB_BYTES};
@@ -48,10 +51,67 @@ pub(super) struct Rewriter {
     pcs: BTreeMap<u64, (u64, u64)>,
     table: RecordTable,
     converter: Converter,
+    /// Events converted from records, reused between batches.
+    batch: Vec<Event>,
     /// Gathers and scatters executed without their elements recorded.
     pub(super) approximations: u64,
     /// Blocks translated.
     pub(super) blocks: u64,
+}
+
+/// Stops the traced thread about once a second with a SIGSTOP (which the
+/// loop suppresses), so that records are written out and progress reported
+/// while the function runs uninterrupted in the code cache: a recorder
+/// killed with -9 loses at most a second, as with ptrace.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    seen: std::cell::Cell<u64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(pid: Tid, tid: Tid) -> Ticker {
+        let (stop, sent) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (stop2, sent2) = (Arc::clone(&stop), Arc::clone(&sent));
+        let thread = std::thread::Builder::new()
+            .name("linetrace-tick".into())
+            .spawn(move || {
+                loop {
+                    let due = Instant::now() + FLUSH_EVERY;
+                    while !stop2.load(Ordering::SeqCst) && Instant::now() < due {
+                        std::thread::park_timeout(due.saturating_duration_since(Instant::now()));
+                    }
+                    if stop2.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    sent2.fetch_add(1, Ordering::SeqCst);
+                    // SAFETY: tgkill(2) of a thread of our own traced child.
+                    unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, libc::SIGSTOP) };
+                }
+            })
+            .ok();
+        Ticker { stop, sent, seen: std::cell::Cell::new(0), thread }
+    }
+
+    /// Whether a SIGSTOP stop is one of ours (counting it as seen).
+    fn take(&self) -> bool {
+        let ours = self.seen.get() < self.sent.load(Ordering::SeqCst);
+        if ours {
+            self.seen.set(self.seen.get() + 1);
+        }
+        ours
+    }
+
+    /// Stops ticking; returns (ticks sent, ticks seen).
+    fn finish(mut self) -> (u64, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        (self.sent.load(Ordering::SeqCst), self.seen.get())
+    }
 }
 
 /// The thread region is made before any translated code runs; its absence
@@ -87,6 +147,25 @@ impl Tracer {
         regs.gs_base = self.rewriter.thread.as_ref().map_or(0, |r| r.remote);
         regs.rip = start;
         sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
+        let ticker = Ticker::start(self.pid, tid);
+        let end = self.run_translated(tid, index, entry_sp, &ticker);
+        let (sent, seen) = ticker.finish();
+        if sent > seen {
+            // Ticks still on their way arrive once the thread runs natively.
+            *self.pending_ticks.entry(tid).or_default() += sent - seen;
+        }
+        end
+    }
+
+    /// The loop while `tid` runs translated code, until the invocation ends.
+    fn run_translated(
+        &mut self,
+        tid: Tid,
+        index: u32,
+        entry_sp: u64,
+        ticker: &Ticker,
+    ) -> Result<InvocationEnd, InstrumentError> {
+        let thread = tid as u32;
         let mut signal = 0;
         loop {
             if interrupt::requested() {
@@ -171,6 +250,11 @@ impl Tracer {
                         continue;
                     }
                     sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
+                }
+                Stop::Signal { signo: libc::SIGSTOP, event: 0 } if ticker.take() => {
+                    // Our tick: write out what was recorded, report progress.
+                    self.drain(thread, None)?;
+                    self.flush_and_report(thread)?;
                 }
                 Stop::Signal { signo, event: 0 } => {
                     let info = sys::sig_info(tid).map_err(ptrace_err("reading a signal"))?;
@@ -328,13 +412,22 @@ impl Tracer {
                 }
             }
         }
-        rewriter.converter.convert(records, &rewriter.table, function_starts, |e| {
-            writer.push(thread, e).map_err(InstrumentError::from)
-        })?;
+        // Converted in batches, each handed to the writer in one call.
+        let mut batch = std::mem::take(&mut rewriter.batch);
+        for part in records.chunks(1 << 16) {
+            batch.clear();
+            rewriter.converter.convert(part, &rewriter.table, function_starts, |e| {
+                batch.push(*e);
+                Ok::<(), InstrumentError>(())
+            })?;
+            writer.push_all(thread, &batch)?;
+        }
+        rewriter.batch = batch;
         region.set_word(slot::CURSOR as u64, start);
-        let count = region.word(slot::COUNT as u64);
+        let mut count = region.word(slot::COUNT as u64);
         region.set_word(slot::COUNT as u64, 0);
         self.accesses = self.rewriter.converter.accesses;
+        count += std::mem::take(&mut self.rewriter.converter.extra_instructions);
         if count > 0 {
             self.instructions += count;
             self.writer.push(thread, &Event::Stepped { count })?;

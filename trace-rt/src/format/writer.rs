@@ -31,6 +31,13 @@ pub struct TraceWriter<W: Write> {
     pending_modules: Vec<Module>,
     chunk_target: usize,
     level: i32,
+    /// One compression context for the whole file: a fresh one per chunk
+    /// costs an allocation (and its page faults) per megabyte of trace.
+    compressor: zstd::bulk::Compressor<'static>,
+    /// Reused buffers: a chunk's raw payload, and header plus compressed
+    /// payload.
+    raw: Vec<u8>,
+    whole: Vec<u8>,
     bytes_written: u64,
     started: Instant,
 }
@@ -69,6 +76,9 @@ impl<W: Write> TraceWriter<W> {
             pending_modules: Vec::new(),
             chunk_target: DEFAULT_CHUNK_TARGET,
             level: DEFAULT_ZSTD_LEVEL,
+            compressor: zstd::bulk::Compressor::new(DEFAULT_ZSTD_LEVEL)?,
+            raw: Vec::new(),
+            whole: Vec::new(),
             bytes_written: HEADER_LEN as u64,
             started: Instant::now(),
         };
@@ -88,6 +98,8 @@ impl<W: Write> TraceWriter<W> {
     /// the program's.
     pub fn set_compression_level(&mut self, level: i32) {
         self.level = level.clamp(1, 19);
+        // Only fails for levels zstd does not have; the clamp rules them out.
+        let _ = self.compressor.set_compression_level(self.level);
     }
 
     /// Bytes written to the output so far.
@@ -144,16 +156,53 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
+    /// Appends many events of one thread: the same as pushing each, with the
+    /// thread looked up once (for recorders that convert events in bulk).
+    pub fn push_all(&mut self, thread: ThreadId, events: &[Event]) -> Result<(), FormatError> {
+        let Some(first) = events.first() else { return Ok(()) };
+        self.push(thread, first)?;
+        let i = self.threads.iter().position(|t| t.thread == thread).unwrap_or(0);
+        for event in &events[1..] {
+            match *event {
+                Event::Access { site, .. } | Event::AccessSized { site, .. } if site >= self.sites_defined => {
+                    return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
+                }
+                Event::Exec { .. } => {
+                    self.push(thread, event)?;
+                    continue;
+                }
+                _ => {}
+            }
+            let t = &mut self.threads[i];
+            if t.encoder.is_empty() {
+                t.first_time = self.started.elapsed().as_nanos() as u64;
+            }
+            match *event {
+                Event::Access { site, addr } => t.encoder.push_access(site, addr),
+                _ => t.encoder.push(event),
+            }
+            if t.encoder.len() >= self.chunk_target {
+                self.flush_definitions()?;
+                self.write_events(i)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the buffered events of `self.threads[i]` as one chunk.
     fn write_events(&mut self, i: usize) -> Result<(), FormatError> {
         let t = &mut self.threads[i];
         let events = t.encoder.take();
-        let mut raw = Vec::with_capacity(events.len() + 12);
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.clear();
         put_events_prefix(&mut raw, t.seq, t.first_time);
         raw.extend_from_slice(&events);
+        t.encoder.reuse(events);
         t.seq += 1;
         let thread = t.thread;
-        self.write_chunk(ChunkKind::Events, thread, &raw)
+        let written = self.write_chunk(ChunkKind::Events, thread, &raw);
+        self.raw = raw;
+        written
     }
 
     /// Writes every buffered event as chunks and flushes the output, so that
@@ -203,7 +252,25 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn write_chunk(&mut self, kind: ChunkKind, thread: ThreadId, raw: &[u8]) -> Result<(), FormatError> {
-        let payload = zstd::bulk::compress(raw, self.level)?;
+        let mut whole = std::mem::take(&mut self.whole);
+        let written = self.write_chunk_with(kind, thread, raw, &mut whole);
+        self.whole = whole;
+        written
+    }
+
+    fn write_chunk_with(
+        &mut self,
+        kind: ChunkKind,
+        thread: ThreadId,
+        raw: &[u8],
+        whole: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let header_len = super::CHUNK_HEADER_LEN;
+        whole.clear();
+        whole.resize(header_len + zstd::zstd_safe::compress_bound(raw.len()), 0);
+        let n = self.compressor.compress_to_buffer(raw, &mut whole[header_len..])?;
+        whole.truncate(header_len + n);
+        let payload = &whole[header_len..];
         let too_big = |n: usize| u32::try_from(n).ok().filter(|&n| n <= MAX_CHUNK_BYTES).is_none();
         if too_big(raw.len()) || too_big(payload.len()) {
             return Err(FormatError::InvalidEvent(format!("chunk of {} bytes exceeds the format limit", raw.len())));
@@ -214,14 +281,12 @@ impl<W: Write> TraceWriter<W> {
         header[8..12].copy_from_slice(&thread.to_le_bytes());
         header[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
         header[16..20].copy_from_slice(&(raw.len() as u32).to_le_bytes());
-        let crc = super::chunk_checksum(&header, &payload);
+        let crc = super::chunk_checksum(&header, payload);
         header[20..24].copy_from_slice(&crc.to_le_bytes());
+        whole[..header_len].copy_from_slice(&header);
         // One write per chunk: a recorder killed mid-write leaves at most the
         // last chunk incomplete, and the reader stops cleanly before it.
-        let mut whole = Vec::with_capacity(header.len() + payload.len());
-        whole.extend_from_slice(&header);
-        whole.extend_from_slice(&payload);
-        self.out.write_all(&whole)?;
+        self.out.write_all(whole)?;
         self.bytes_written += whole.len() as u64;
         Ok(())
     }

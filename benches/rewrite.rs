@@ -1,0 +1,140 @@
+#![allow(missing_docs)]
+//! Benchmark of the rewrite backend against the native program and valgrind.
+//!
+//! `cargo bench --bench rewrite` builds examples/c/kernels.c, then for each
+//! workload runs, alternately in this one process (the machine is noisy:
+//! compare ratios, not seconds):
+//! - the program natively;
+//! - `instrument::record` with the rewrite backend on `kernel` (trace
+//!   written and compressed);
+//! - `valgrind --tool=cachegrind` (counts only, writes no trace);
+//! - `valgrind --tool=lackey --trace-mem=yes` (traces every access), once
+//!   (it is slow; `LINETRACE_BENCH_LACKEY=0` skips it).
+//!
+//! The `outside` workload calls a trivial `kernel` and then computes for a
+//! while untraced: its ratio is the recorder's cost outside the function.
+//!
+//! Times are whole runs, wall clock, medians of `LINETRACE_BENCH_ROUNDS`
+//! (default 3). It prints the table, the bytes per recorded access on disk,
+//! and how each goal of the issue stands.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+fn timed(mut cmd: Command) -> f64 {
+    let start = Instant::now();
+    let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("runs");
+    assert!(status.success(), "{cmd:?} failed");
+    start.elapsed().as_secs_f64()
+}
+
+/// Seconds, and bytes per access of the trace.
+fn rewrite(program: &Path, args: &[&str], trace: &Path) -> (f64, f64) {
+    let start = Instant::now();
+    let summary = instrument::record(instrument::RecordOptions {
+        program: program.to_path_buf(),
+        args: args.iter().map(Into::into).collect(),
+        function: Some("kernel".into()),
+        output: trace.to_path_buf(),
+        max_invocations: None,
+        progress: None,
+        backend: instrument::Backend::Rewrite,
+    })
+    .expect("record");
+    let secs = start.elapsed().as_secs_f64();
+    (secs, summary.trace_bytes as f64 / summary.accesses.max(1) as f64)
+}
+
+fn valgrind(tool: &[&str], program: &Path, args: &[&str]) -> f64 {
+    let mut cmd = Command::new("valgrind");
+    cmd.args(tool).arg(program).args(args);
+    timed(cmd)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rounds: usize = std::env::var("LINETRACE_BENCH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let lackey = std::env::var("LINETRACE_BENCH_LACKEY").map_or(true, |v| v != "0");
+    let dir = std::env::temp_dir().join(format!("linetrace-bench-rewrite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let program = common::build_c_example("kernels", &dir, &[]);
+    let trace = dir.join("bench.lntrace");
+    let cachegrind = ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"];
+    let lackey_tool = ["--tool=lackey", "--trace-mem=yes", "--log-file=/dev/null"];
+    let workloads: [&[&str]; 6] = [
+        &["matmul", "256"],
+        &["blocked", "256"],
+        &["list", "1000000"],
+        &["hash", "1000000"],
+        &["sort", "1000000"],
+        &["outside", "300000000"],
+    ];
+    println!("wall time, median of {rounds} rounds (lackey: one round); x = times native");
+    println!(
+        "{:<18} {:>9} {:>16} {:>16} {:>16} {:>9} {:>9} {:>9}",
+        "workload", "native", "rewrite", "cachegrind", "lackey", "cg/rw", "lk/rw", "B/access"
+    );
+    let (mut slowdowns, mut vs_cachegrind, mut vs_lackey) = (Vec::new(), Vec::new(), Vec::new());
+    let mut outside = None;
+    let mut bytes = Vec::new();
+    for args in workloads {
+        let (mut native, mut rw, mut cg, mut per_access) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
+        for _ in 0..rounds {
+            let mut cmd = Command::new(&program);
+            cmd.args(args);
+            native.push(timed(cmd));
+            let (secs, b) = rewrite(&program, args, &trace);
+            rw.push(secs);
+            per_access = b;
+            cg.push(valgrind(&cachegrind, &program, args));
+        }
+        // Lackey of the untraced part measures nothing of interest, slowly.
+        let lk = (lackey && args[0] != "outside").then(|| valgrind(&lackey_tool, &program, args));
+        let (native, rw, cg) = (median(native), median(rw), median(cg));
+        let name = args.join(" ");
+        let lk_text = lk.map_or("-".to_string(), |l| format!("{l:.2}s {:>5.1}x", l / native));
+        let lk_ratio = lk.map_or("-".to_string(), |l| format!("{:.1}", l / rw));
+        println!(
+            "{name:<18} {native:>8.3}s {:>8.2}s {:>5.1}x {:>8.2}s {:>5.1}x {lk_text:>16} {:>9.2} {lk_ratio:>9} {per_access:>9.3}",
+            rw,
+            rw / native,
+            cg,
+            cg / native,
+            cg / rw
+        );
+        if args[0] == "outside" {
+            outside = Some(rw / native);
+            continue;
+        }
+        slowdowns.push(rw / native);
+        vs_cachegrind.push(cg / rw);
+        if let Some(l) = lk {
+            vs_lackey.push(l / rw);
+        }
+        bytes.push(per_access);
+    }
+    println!("goals:");
+    println!("  median slowdown {:.1}x (goal <= 10x)", median(slowdowns.clone()));
+    println!(
+        "  faster than cachegrind: {}/{} workloads, median {:.2}x (goal: all, >= 3x)",
+        vs_cachegrind.iter().filter(|&&r| r > 1.0).count(),
+        vs_cachegrind.len(),
+        median(vs_cachegrind)
+    );
+    if !vs_lackey.is_empty() {
+        let min = vs_lackey.iter().copied().fold(f64::INFINITY, f64::min);
+        println!("  faster than lackey: at least {min:.1}x (goal >= 10x)");
+    }
+    if let Some(o) = outside {
+        println!("  overhead outside the function: {:+.0}% (goal <= 5%)", 100.0 * (o - 1.0));
+    }
+    println!("  bytes per access on disk: median {:.2} (goal <= 1.5)", median(bytes));
+    let _ = std::fs::remove_dir_all(&dir);
+}
