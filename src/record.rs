@@ -79,7 +79,7 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     }
     if summary.approximated > 0 {
         eprintln!(
-            "linetrace: {} gather/scatter executions were recorded without their elements (rewrite backend)",
+            "linetrace: {} gather/scatter instruction(s) with ZMM indices were recorded without their elements",
             summary.approximated
         );
     }

@@ -148,8 +148,8 @@ pub struct RecordSummary {
     pub exec: Option<String>,
     /// Blocks the rewrite backend translated.
     pub blocks_translated: u64,
-    /// Gathers and scatters the rewrite backend recorded without their
-    /// elements (an approximation).
+    /// Gather and scatter instructions (ZMM index vectors) the rewrite
+    /// backend records without their elements (an approximation).
     pub approximated: u64,
     /// Size of the trace file.
     pub trace_bytes: u64,

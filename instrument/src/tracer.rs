@@ -918,13 +918,7 @@ impl Tracer {
                 // A SIGTRAP of the program's own (int3, raise, kill) is a
                 // signal like any other: recorded and delivered.
                 Stop::Signal { signo, event: 0 } => {
-                    let addr = match signo {
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL => {
-                            // SAFETY: si_addr is valid for these signals.
-                            sys::sig_info(tid).map(|i| unsafe { i.si_addr() } as u64).unwrap_or(0)
-                        }
-                        _ => 0,
-                    };
+                    let addr = fault_address(tid, signo);
                     self.writer.push(thread, &Event::Signal { signo, pc: regs.rip, addr })?;
                     signal_to_deliver = signo;
                 }
@@ -1141,6 +1135,21 @@ fn is_step_trap(tid: Tid) -> bool {
         // No information: the overwhelmingly likely case.
         Err(_) => true,
     }
+}
+
+/// Whether `signo` is one an instruction raises by faulting.
+fn is_fault(signo: i32) -> bool {
+    matches!(signo, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
+}
+
+/// The faulting address of the fault `tid` stopped with (`si_addr`), 0 for
+/// other signals.
+fn fault_address(tid: Tid, signo: i32) -> u64 {
+    if !is_fault(signo) {
+        return 0;
+    }
+    // SAFETY: si_addr is valid for these signals.
+    sys::sig_info(tid).map(|i| unsafe { i.si_addr() } as u64).unwrap_or(0)
 }
 
 /// Whether the SIGTRAP `tid` stopped with came from an `int3` (a breakpoint

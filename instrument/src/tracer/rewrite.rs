@@ -53,7 +53,8 @@ pub(super) struct Rewriter {
     converter: Converter,
     /// Events converted from records, reused between batches.
     batch: Vec<Event>,
-    /// Gathers and scatters executed without their elements recorded.
+    /// Gather and scatter instructions translated without recording their
+    /// elements (ZMM index vectors).
     pub(super) approximations: u64,
     /// Blocks translated.
     pub(super) blocks: u64,
@@ -257,16 +258,13 @@ impl Tracer {
                     self.flush_and_report(thread)?;
                 }
                 Stop::Signal { signo, event: 0 } => {
-                    let info = sys::sig_info(tid).map_err(ptrace_err("reading a signal"))?;
-                    let fault = matches!(signo, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL);
-                    // SAFETY: si_addr is valid for these signals.
-                    let addr = if fault { (unsafe { info.si_addr() }) as u64 } else { 0 };
+                    let addr = super::fault_address(tid, signo);
                     let regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
                     if signo == libc::SIGSEGV && self.is_guard(addr) {
                         self.buffer_full(tid, thread, regs)?;
                         continue;
                     }
-                    self.deliver(tid, thread, signo, regs.rip, if fault { addr } else { 0 })?;
+                    self.deliver(tid, thread, signo, regs.rip, addr)?;
                     signal = signo;
                 }
                 Stop::Signal { .. } => {}
@@ -282,8 +280,7 @@ impl Tracer {
         let info = sys::sig_info(tid).ok();
         // A fault the instruction itself raised (the kernel's si_code > 0):
         // it did not run, and it is the signal's pc.
-        let synchronous = matches!(signo, libc::SIGSEGV | libc::SIGBUS | libc::SIGFPE | libc::SIGILL)
-            && info.is_some_and(|i| i.si_code > 0);
+        let synchronous = super::is_fault(signo) && info.is_some_and(|i| i.si_code > 0);
         // A signal the thread raised by the instruction it just ran (int3,
         // or kill/raise of its own process) belongs to that instruction, as
         // the ptrace recorder sees it arrive in that instruction's step.
@@ -323,6 +320,9 @@ impl Tracer {
     /// cache continues natively at the original instruction: only the thread
     /// that entered the function is traced, as with ptrace.
     pub(super) fn leave_cache(&self, tid: Tid) {
+        if self.rewriter.caches.is_empty() {
+            return;
+        }
         let Ok(mut regs) = sys::get_regs(tid) else { return };
         if let Some(pc) = self.original_pc(regs.rip) {
             regs.rip = pc;
@@ -537,12 +537,11 @@ impl Tracer {
         for (off, target) in encoded.exits {
             rewriter.exits.insert(at + u64::from(off), target);
         }
-        let first = encoded.pcs.first().map_or(pc, |&(_, p)| p);
-        rewriter.pcs.insert(at, (first, first));
-        let next_pcs: Vec<u64> = encoded.pcs.iter().skip(1).map(|&(_, p)| p).collect();
-        for (i, &(off, original)) in encoded.pcs.iter().enumerate() {
-            let next = next_pcs.get(i).copied().or_else(|| insns.get(i).map(|n| n.instr.next_ip())).unwrap_or(original);
-            rewriter.pcs.insert(at + u64::from(off), (original, next));
+        rewriter.pcs.insert(at, (pc, pc));
+        // Copies come in the block's order (only a final transfer is not
+        // copied): copy i is instruction i.
+        for (&(off, original), insn) in encoded.pcs.iter().zip(&insns) {
+            rewriter.pcs.insert(at + u64::from(off), (original, insn.instr.next_ip()));
         }
         rewriter.approximations += u64::from(encoded.approximations);
         rewriter.blocks += 1;

@@ -129,13 +129,30 @@ impl<W: Write> TraceWriter<W> {
     /// Appends an event of thread `thread`.
     #[inline]
     pub fn push(&mut self, thread: ThreadId, event: &Event) -> Result<(), FormatError> {
-        let i = match self.threads.iter().position(|t| t.thread == thread) {
+        let i = self.thread_index(thread);
+        self.push_at(i, event)
+    }
+
+    /// Appends many events of one thread: the same as pushing each, with the
+    /// thread looked up once (for recorders that convert events in bulk).
+    pub fn push_all(&mut self, thread: ThreadId, events: &[Event]) -> Result<(), FormatError> {
+        let i = self.thread_index(thread);
+        events.iter().try_for_each(|event| self.push_at(i, event))
+    }
+
+    /// Index of `thread`'s buffer, made on first use.
+    fn thread_index(&mut self, thread: ThreadId) -> usize {
+        match self.threads.iter().position(|t| t.thread == thread) {
             Some(i) => i,
             None => {
                 self.threads.push(ThreadBuffer { thread, encoder: ChunkEncoder::new(), seq: 0, first_time: 0 });
                 self.threads.len() - 1
             }
-        };
+        }
+    }
+
+    #[inline]
+    fn push_at(&mut self, i: usize, event: &Event) -> Result<(), FormatError> {
         match *event {
             Event::Access { site, .. } | Event::AccessSized { site, .. } if site >= self.sites_defined => {
                 return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
@@ -152,39 +169,6 @@ impl<W: Write> TraceWriter<W> {
         if self.threads[i].encoder.len() >= self.chunk_target {
             self.flush_definitions()?;
             self.write_events(i)?;
-        }
-        Ok(())
-    }
-
-    /// Appends many events of one thread: the same as pushing each, with the
-    /// thread looked up once (for recorders that convert events in bulk).
-    pub fn push_all(&mut self, thread: ThreadId, events: &[Event]) -> Result<(), FormatError> {
-        let Some(first) = events.first() else { return Ok(()) };
-        self.push(thread, first)?;
-        let i = self.threads.iter().position(|t| t.thread == thread).unwrap_or(0);
-        for event in &events[1..] {
-            match *event {
-                Event::Access { site, .. } | Event::AccessSized { site, .. } if site >= self.sites_defined => {
-                    return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
-                }
-                Event::Exec { .. } => {
-                    self.push(thread, event)?;
-                    continue;
-                }
-                _ => {}
-            }
-            let t = &mut self.threads[i];
-            if t.encoder.is_empty() {
-                t.first_time = self.started.elapsed().as_nanos() as u64;
-            }
-            match *event {
-                Event::Access { site, addr } => t.encoder.push_access(site, addr),
-                _ => t.encoder.push(event),
-            }
-            if t.encoder.len() >= self.chunk_target {
-                self.flush_definitions()?;
-                self.write_events(i)?;
-            }
         }
         Ok(())
     }
