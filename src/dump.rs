@@ -85,6 +85,7 @@ fn fields(rec: &Record, sites: &[Site], strings: &[String]) -> (&'static str, Ve
             ("alloc-detail", vec![("usable", Unsigned(usable)), ("time_ns", Unsigned(time_ns))])
         }
         Event::AllocStack { stack } => ("alloc-stack", vec![("stack", Unsigned(stack.into()))]),
+        Event::ProgramBreak { from, to } => ("program-break", vec![("from", Hex(from)), ("to", Hex(to))]),
         Event::ThreadStart { parent } => ("thread-start", vec![("parent", Unsigned(parent.into()))]),
         Event::ThreadExit { status } => ("thread-exit", vec![("status", Signed(status.into()))]),
         Event::Signal { signo, pc, addr } => {

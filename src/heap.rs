@@ -40,6 +40,23 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
         h.blocks, h.bytes, h.frees, h.reallocs_in_place, h.reallocs_moved
     )?;
     writeln!(out, "mappings:   {} ({} bytes), the program's own mmap calls", h.mappings, h.mapped_bytes)?;
+    if let Some(b) = &h.program_break {
+        let size = b.peak - b.start;
+        writeln!(
+            out,
+            "brk heap:   {:#x}, grew to {} bytes (event {}), {} at the end; {} grows (+{} bytes), {} trims (-{}); \
+             at its largest {:.1}% held live blocks",
+            b.start,
+            size,
+            b.peak_event,
+            b.end.saturating_sub(b.start),
+            b.grows,
+            b.grown_bytes,
+            b.trims,
+            b.trimmed_bytes,
+            if size == 0 { 0.0 } else { 100.0 * b.live_at_peak as f64 / size as f64 }
+        )?;
+    }
     writeln!(out, "peak:       {} bytes in {} blocks, at event {}", h.peak.bytes, h.peak.blocks, h.peak.event)?;
     writeln!(
         out,
@@ -94,6 +111,7 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     table(&mut out, "allocating function, most blocks", &h.top_by_count)?;
     table(&mut out, "allocating function, most bytes", &h.top_by_bytes)?;
     table(&mut out, "live at the end, by allocating function", &h.leaks)?;
+    bursts(&mut out, &h.bursts, limit)?;
     if !h.leak_stacks.is_empty() {
         writeln!(out)?;
         writeln!(out, "live at the end, by call stack (--alloc-stack)")?;
@@ -103,6 +121,39 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
                 writeln!(out, "{:>24}  <- {f}", "")?;
             }
         }
+    }
+    Ok(())
+}
+
+/// The allocation bursts, one line each with the functions behind them.
+fn bursts(out: &mut impl Write, b: &decoder::bursts::BurstReport, limit: usize) -> std::io::Result<()> {
+    let at = |t: u64| match b.clock {
+        decoder::bursts::Clock::Nanoseconds => format!("{:.3} ms", t as f64 / 1e6),
+        decoder::bursts::Clock::Columns => format!("column {t}"),
+    };
+    writeln!(out)?;
+    writeln!(
+        out,
+        "allocation bursts (windows of {} with >= {} allocations, {}x the mean):",
+        at(b.window),
+        b.threshold,
+        decoder::bursts::FACTOR
+    )?;
+    if b.bursts.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for burst in b.bursts.iter().take(limit) {
+        let who: Vec<String> = burst.functions.iter().map(|f| format!("{} ({})", f.function, f.blocks)).collect();
+        writeln!(
+            out,
+            "  {:>14} .. {:<14} {:>9} blocks {:>12} bytes {:>5.1}%  {}",
+            at(burst.start),
+            at(burst.end),
+            burst.allocations,
+            burst.bytes,
+            100.0 * burst.share,
+            who.join(", ")
+        )?;
     }
     Ok(())
 }

@@ -154,6 +154,13 @@ fn record_allocations(
     if summary.missing > 0 {
         eprintln!("linetrace: {} allocator calls were cut short by the program's end and are missing", summary.missing);
     }
+    let unwinding = summary.unwinding;
+    if unwinding.mismatched > 0 || std::env::var_os(trace_rt::agent::UNWIND_CHECK_ENV).is_some() {
+        eprintln!(
+            "linetrace: stacks: {} by the agent's unwinder ({} of them differ from backtrace()'s), {} by backtrace()",
+            unwinding.fast, unwinding.mismatched, unwinding.slow
+        );
+    }
     if !quiet {
         eprintln!(
             "linetrace: recorded {} allocator calls on {} thread(s) in {:.2} s -> {} ({} bytes)",

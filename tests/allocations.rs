@@ -111,6 +111,117 @@ fn a_crash_keeps_every_call_made_before_it() {
     assert_eq!(ours(&heap_report(&crashed)), ours(&heap_report(&normal)));
 }
 
+/// The agent's own unwinder gives, on every call, the stacks glibc's
+/// backtrace() gives (LINETRACE_ALLOC_UNWIND_CHECK runs both): a recursion
+/// 40 deep, alloca frames (CFA in rbp), a function pointer, a main that
+/// realigns its stack (CFA by expression), at -O2 and -O0; C++ with
+/// exceptions; Rust; four threads sharing the rule table. And it needs
+/// backtrace() for none of them.
+#[test]
+fn the_agents_unwinder_agrees_with_backtrace() {
+    let programs = [
+        (c_example("deep_stack", &[]), vec!["40"]),
+        (c_example("deep_stack", &["-O0"]), vec!["40"]),
+        (cpp_example("exceptions"), vec![]),
+        (rust_example("list_vs_array"), vec![]),
+        (c_example("heap_mix", &[]), vec!["3000", "4"]),
+    ];
+    for (bin, args) in programs {
+        let trace = trace_path(&format!("unwind-{}", bin.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
+        let out = linetrace()
+            .env("LINETRACE_ALLOC_UNWIND_CHECK", "1")
+            .args(["record", "--quiet", "--allocations", "--alloc-stack", "32", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&bin)
+            .args(&args)
+            .output()
+            .expect("linetrace runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", bin.display());
+        // "stacks: F by the agent's unwinder (M of them differ from
+        // backtrace()'s), S by backtrace()"
+        let line = err.lines().find(|l| l.contains("stacks:")).unwrap_or_else(|| panic!("no count in {err}"));
+        let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        let [fast, mismatched, slow] = n[..] else { panic!("three counts in {line}") };
+        assert!(fast >= 5, "{}: {line}", bin.display());
+        assert_eq!(mismatched, 0, "{}: {line}", bin.display());
+        assert_eq!(slow, 0, "{}: {line}", bin.display());
+    }
+}
+
+/// Every move of the program break is recorded as the kernel made it: the
+/// program's brk system calls, as strace shows them (`brk(0x...) = 0x...`),
+/// are our moves, one for one, from the break before the first.
+#[test]
+fn program_break_moves_equal_strace() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix-brk");
+    let log = trace.with_extension("strace");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=brk,execve", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_linetrace"))
+        .args(["record", "--quiet", "--allocations", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .arg("20000")
+        .output()
+        .expect("strace runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&log).expect("strace's log");
+    // The program's process: the one that exec'd it.
+    let exec = format!("execve(\"{}\"", bin.display());
+    let pid = text.lines().find(|l| l.contains(&exec)).and_then(|l| l.split_whitespace().next()).expect("the exec");
+    let result = |l: &str| l.rsplit("= ").next().and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok());
+    let calls: Vec<&str> =
+        text.lines().filter(|l| l.split_whitespace().next() == Some(pid) && l.contains(" brk(")).collect();
+    let first = calls.iter().find(|l| l.contains("brk(NULL)")).and_then(|l| result(l)).expect("brk(NULL)");
+    let theirs: Vec<u64> = calls.iter().filter(|l| !l.contains("brk(NULL)")).filter_map(|l| result(l)).collect();
+    let ours: Vec<(u64, u64)> = dump(&trace)
+        .iter()
+        .filter(|l| l.contains("program-break"))
+        .map(|l| (hex_field(l, "from").expect("from"), hex_field(l, "to").expect("to")))
+        .collect();
+    assert!(theirs.len() >= 10, "heap_mix grows and trims its heap: {theirs:x?}");
+    assert_eq!(ours.first().map(|m| m.0), Some(first), "the break before the first move");
+    assert_eq!(ours.iter().map(|m| m.1).collect::<Vec<_>>(), theirs);
+    let report = heap_report(&trace);
+    let b = &report["program_break"];
+    assert_eq!(b["grows"].as_u64().zip(b["trims"].as_u64()).map(|(g, t)| g + t), Some(theirs.len() as u64));
+    assert_eq!(b["peak"].as_u64(), theirs.iter().copied().max());
+}
+
+/// Bursts are found and named: alloc_bursts trickles one block every 0.2
+/// ms and allocates 20000 blocks in `fill_table` at 150 ms, 8000 in
+/// `parse_lines` at 400 ms; the report has exactly those two bursts, in
+/// that order, each with (nearly: a thread descheduled for long at a
+/// burst's edge may leave a few out) all of its function's blocks.
+#[test]
+fn bursts_name_the_functions_behind_them() {
+    let bin = c_example("alloc_bursts", &[]);
+    let trace = trace_path("alloc-bursts");
+    let out = record_allocations(&bin, &[], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = heap_report(&trace);
+    let bursts = report["bursts"]["bursts"].as_array().expect("bursts").clone();
+    assert_eq!(report["bursts"]["clock"], "nanoseconds");
+    let top: Vec<(&str, u64)> = bursts
+        .iter()
+        .map(|b| {
+            (b["functions"][0]["function"].as_str().unwrap_or("?"), b["functions"][0]["blocks"].as_u64().unwrap_or(0))
+        })
+        .collect();
+    assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), ["fill_table", "parse_lines"], "{bursts:?}");
+    assert!((19_000..=20_000).contains(&top[0].1) && (7_600..=8_000).contains(&top[1].1), "{top:?}");
+    let start = |i: usize| bursts[i]["start"].as_u64().expect("start");
+    // 150 and 400 ms after the first allocation, give or take a few
+    // windows on a busy machine.
+    assert!((100_000_000..250_000_000).contains(&start(0)), "{}", start(0));
+    assert!((350_000_000..500_000_000).contains(&start(1)), "{}", start(1));
+}
+
 /// A static program cannot preload the agent: refused, nothing written.
 #[test]
 fn static_programs_are_refused() {
@@ -169,13 +280,13 @@ fn render_draws_the_heap_in_class_colours() {
 
 /// With --alloc-stack, leaks are listed by call path: through the wrapper
 /// xmalloc to make_node (10 blocks, 480 bytes) and make_name (1, 16);
-/// without it, no stacks are recorded.
+/// with `--alloc-stack 0`, no stacks are recorded.
 #[test]
 fn stacks_show_who_called_the_wrapper() {
     let bin = c_example("alloc_wrapper", &["-O1"]);
     let (with, without) = (trace_path("wrapper-stacks"), trace_path("wrapper-nostacks"));
     assert!(record_with(&["--allocations", "--alloc-stack", "3"], &bin, &[], &with).status.success());
-    assert!(record_allocations(&bin, &[], &without).status.success());
+    assert!(record_with(&["--allocations", "--alloc-stack", "0"], &bin, &[], &without).status.success());
     let stacks = heap_report(&with)["leak_stacks"].as_array().expect("stacks").clone();
     let row = |caller: &str| {
         stacks

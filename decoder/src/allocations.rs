@@ -5,6 +5,19 @@
 use serde::Serialize;
 use trace_rt::format::AllocKind;
 
+/// A move of the program break (the end of malloc's brk heap), recorded
+/// with `record --allocations`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ProgramBreakMove {
+    /// The allocation event during which it moved
+    /// ([`AllocationRecord::alloc_event`]'s clock).
+    pub event: u64,
+    /// The break before.
+    pub from: u64,
+    /// The break after.
+    pub to: u64,
+}
+
 /// One recorded heap block or mapping.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AllocationRecord {

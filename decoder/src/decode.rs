@@ -21,7 +21,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use trace_rt::format::{AllocKind, ChunkPosition, Event, TraceEnd, TraceReader};
 
 use crate::DecodeError;
-use crate::allocations::{AllocationIndex, AllocationRecord};
+use crate::allocations::{AllocationIndex, AllocationRecord, ProgramBreakMove};
 use crate::cache::{CacheConfig, CacheMisses, CacheReport, CacheSimulator, MissFlags, Outcome};
 use crate::calltree::{CallTreeBuilder, OpenStack, apply_control};
 use crate::lines::LineSize;
@@ -127,6 +127,7 @@ pub(crate) fn decode(
         columns,
         call_tree: std::mem::take(&mut events.calls).finish(columns),
         allocations: events.allocations,
+        program_breaks: events.program_breaks,
         allocation_index,
         metrics,
         working_set: WorkingSetIndex { config, snapshots, columns },
@@ -381,6 +382,8 @@ struct EventStage {
     last_created: Option<usize>,
     /// The record the last allocation event freed.
     last_freed: Option<usize>,
+    /// Moves of the program break, in trace order.
+    program_breaks: Vec<ProgramBreakMove>,
     /// Live blocks by start address -> index in `allocations`.
     live: BTreeMap<u64, usize>,
     last_block: Option<usize>,
@@ -409,6 +412,7 @@ impl EventStage {
             alloc_events: 0,
             last_created: None,
             last_freed: None,
+            program_breaks: Vec::new(),
             live: BTreeMap::new(),
             last_block: None,
             snapshots: Vec::new(),
@@ -474,6 +478,11 @@ impl EventStage {
                     if let Some(r) = self.last_created.and_then(|i| self.allocations.get_mut(i)) {
                         r.stack = Some(stack);
                     }
+                }
+                Event::ProgramBreak { from, to } => {
+                    // During the allocation event just before it.
+                    let event = self.alloc_events.saturating_sub(1);
+                    self.program_breaks.push(ProgramBreakMove { event, from, to });
                 }
                 Event::Stepped { count } => totals.instructions += count,
                 Event::Signal { .. } => totals.signals += 1,

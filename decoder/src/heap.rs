@@ -151,6 +151,67 @@ pub struct HeapReport {
     /// Blocks live at the end, by call stack (recorded with
     /// `--alloc-stack`), most bytes first.
     pub leak_stacks: Vec<StackRow>,
+    /// The brk heap over the run (None: the break never moved while
+    /// recording, or the recorder does not see it).
+    pub program_break: Option<ProgramBreakReport>,
+    /// Periods of allocation much faster than the run's mean, and who
+    /// allocated in them.
+    pub bursts: crate::bursts::BurstReport,
+}
+
+/// malloc's main heap as the program break shows it: how far it grew,
+/// how often it grew and shrank, and how full it was at its largest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProgramBreakReport {
+    /// The break before the first recorded move.
+    pub start: u64,
+    /// After the last.
+    pub end: u64,
+    /// The highest it reached.
+    pub peak: u64,
+    /// The allocation event during which it first got there.
+    pub peak_event: u64,
+    /// Moves up (the heap grew).
+    pub grows: u64,
+    /// Moves down (malloc trimmed the heap's top).
+    pub trims: u64,
+    /// Bytes added by all moves up.
+    pub grown_bytes: u64,
+    /// Bytes given back by all moves down.
+    pub trimmed_bytes: u64,
+    /// Bytes of heap blocks live in `[start, peak)` right after the break
+    /// reached its peak: how full the brk heap was at its largest.
+    pub live_at_peak: u64,
+}
+
+/// The brk heap's report, from the break's moves and the blocks.
+pub fn program_break(
+    moves: &[crate::model::ProgramBreakMove],
+    records: &[AllocationRecord],
+) -> Option<ProgramBreakReport> {
+    let first = moves.first()?;
+    let mut r = ProgramBreakReport { start: first.from, end: first.from, peak: first.from, ..Default::default() };
+    for m in moves {
+        if m.to > m.from {
+            r.grows += 1;
+            r.grown_bytes += m.to - m.from;
+        } else {
+            r.trims += 1;
+            r.trimmed_bytes += m.from - m.to;
+        }
+        if m.to > r.peak {
+            r.peak = m.to;
+            r.peak_event = m.event;
+        }
+        r.end = m.to;
+    }
+    r.live_at_peak = records
+        .iter()
+        .filter(|b| is_heap_block(b) && b.alloc_event <= r.peak_event && b.free_event.is_none_or(|f| f > r.peak_event))
+        .filter(|b| b.address >= r.start && b.address < r.peak)
+        .map(|b| b.size.min(r.peak - b.address))
+        .sum();
+    Some(r)
 }
 
 /// Blocks allocated through one call stack.
@@ -242,6 +303,7 @@ pub fn extent(r: &AllocationRecord) -> (u64, u64) {
 pub fn analyse(model: &Model, symbols: &Symbolizer) -> HeapReport {
     let mut report = analyse_records(&model.allocations, model.total.allocations, symbols);
     report.leak_stacks = leak_stacks(model, symbols);
+    report.program_break = program_break(&model.program_breaks, &model.allocations);
     report
 }
 
@@ -392,6 +454,7 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
     let mut leaks = by(&leaked);
     leaks.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.function.cmp(&b.function)));
     report.leaks = leaks;
+    report.bursts = crate::bursts::bursts(records, symbols);
     report
 }
 
@@ -485,7 +548,7 @@ fn regions(heap: &[&AllocationRecord]) -> Vec<RegionRow> {
 }
 
 /// Blocks and bytes by allocating function.
-fn sites(records: &[&AllocationRecord], symbols: &Symbolizer) -> Vec<SiteRow> {
+pub(crate) fn sites(records: &[&AllocationRecord], symbols: &Symbolizer) -> Vec<SiteRow> {
     let mut rows: HashMap<String, SiteRow> = HashMap::new();
     for r in records {
         let at = symbols.locate(r.callsite);
@@ -506,6 +569,32 @@ mod tests {
 
     fn block(kind: AllocKind, address: u64, size: u64, alloc: u64, free: Option<u64>) -> AllocationRecord {
         AllocationRecord::test_block(kind, address, size, alloc, free)
+    }
+
+    /// The break grows twice and is trimmed once; at its peak (event 2,
+    /// 0x1000..0x3000) the blocks of events 0 and 2 are live (0x100 +
+    /// 0x800 bytes), event 1's was freed at 2, event 3's comes later, and
+    /// the mapping is not a heap block.
+    #[test]
+    fn the_brk_heap_is_measured_at_its_peak() {
+        use crate::model::ProgramBreakMove;
+        let moves = [
+            ProgramBreakMove { event: 0, from: 0x1000, to: 0x2000 },
+            ProgramBreakMove { event: 2, from: 0x2000, to: 0x3000 },
+            ProgramBreakMove { event: 4, from: 0x3000, to: 0x2800 },
+        ];
+        let records = [
+            block(AllocKind::Malloc, 0x1000, 0x100, 0, None),
+            block(AllocKind::Malloc, 0x1100, 0x200, 1, Some(2)),
+            block(AllocKind::Malloc, 0x2000, 0x800, 2, Some(4)),
+            block(AllocKind::Malloc, 0x2800, 0x100, 3, None),
+            block(AllocKind::Mmap, 0x1800, 0x400, 1, None),
+        ];
+        let r = program_break(&moves, &records).expect("moves");
+        assert_eq!((r.start, r.end, r.peak, r.peak_event), (0x1000, 0x2800, 0x3000, 2));
+        assert_eq!((r.grows, r.grown_bytes, r.trims, r.trimmed_bytes), (2, 0x2000, 1, 0x800));
+        assert_eq!(r.live_at_peak, 0x900);
+        assert_eq!(program_break(&[], &records), None);
     }
 
     fn changes(records: Vec<AllocationRecord>, events: u64) -> HeapReport {

@@ -21,6 +21,7 @@
 //! ```
 
 pub mod allocations;
+pub mod bursts;
 pub mod cache;
 pub mod calltree;
 pub mod compare;

@@ -45,7 +45,7 @@ use trace_rt::format::{Damage, Event, Metadata, Module, Site, TraceEnd};
 
 use crate::DecodeError;
 use crate::allocations::AllocationIndex;
-pub use crate::allocations::AllocationRecord;
+pub use crate::allocations::{AllocationRecord, ProgramBreakMove};
 use crate::cache::{CacheConfig, CacheMisses, CacheReport};
 use crate::calltree::{CallTree, Frame, OpenStack};
 use crate::cursor::ColumnCursor;
@@ -60,7 +60,8 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// 3: the cache simulation (per-site misses, per-column miss flags).
 /// 4: allocation event numbers, usable sizes, times and stacks on
 /// allocation records (the heap analysis).
-pub const MODEL_VERSION: u32 = 4;
+/// 5: moves of the program break.
+pub const MODEL_VERSION: u32 = 5;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.
@@ -220,6 +221,8 @@ pub struct Model {
     pub call_tree: CallTree,
     /// Heap blocks and mappings, by creation.
     pub allocations: Vec<AllocationRecord>,
+    /// Moves of the program break, in trace order (`record --allocations`).
+    pub program_breaks: Vec<ProgramBreakMove>,
     /// Interval index over `allocations`.
     pub allocation_index: AllocationIndex,
     /// Whole-trace metrics.

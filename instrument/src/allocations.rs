@@ -1,8 +1,9 @@
 //! Whole-program allocation recording (`record --allocations`): the
 //! program runs natively with the allocation agent preloaded
 //! ([`trace_rt::agent`]); every allocator call of every thread lands in the
-//! agent's log, which is turned into a trace of `Alloc` events when the
-//! program has ended, however it ended.
+//! agent's log, which linetrace turns into a trace of `Alloc` events on
+//! its own core while the program runs, up to the program's end, however
+//! it ended.
 //!
 //! Why an agent and not ptrace: a ptrace stop costs microseconds, twice
 //! per call (entry and return), and an allocation-heavy program makes
@@ -21,7 +22,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use trace_rt::agent::{ALLOC_AGENT, AgentKind, AgentLog, AgentRecord, LOG_ENV, MAPS_ENV, MAX_STACK, STACK_ENV};
+use trace_rt::agent::{ALLOC_AGENT, AgentKind, AgentLogStream, AgentRecord, LOG_ENV, MAPS_ENV, MAX_STACK, STACK_ENV};
 use trace_rt::format::{AllocKind, Allocation, Event, Metadata, TargetExit, TraceWriter, Trailer, TruncationReason};
 
 use crate::InstrumentError;
@@ -48,6 +49,8 @@ pub struct AllocationSummary {
     pub truncated: Option<TruncationReason>,
     /// Allocator calls recorded.
     pub events: u64,
+    /// Moves of the program break recorded.
+    pub breaks: u64,
     /// Threads that made them.
     pub threads: usize,
     /// Calls the agent could not record (its log was full).
@@ -58,6 +61,8 @@ pub struct AllocationSummary {
     pub trace_bytes: u64,
     /// Wall-clock time of the program's run.
     pub run_time: Duration,
+    /// How the recorded stacks were unwound.
+    pub unwinding: trace_rt::agent::Unwinding,
 }
 
 /// A temporary file removed when dropped (the agent's log is sparse and
@@ -119,6 +124,13 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
     let agent = scratch("alloc-agent.so")?;
     std::fs::write(&agent.0, ALLOC_AGENT).map_err(|cause| InstrumentError::Create { path: agent.0.clone(), cause })?;
     let log = scratch("alloc-log")?;
+    let log_file = File::options()
+        .read(true)
+        .write(true)
+        .open(&log.0)
+        .map_err(|cause| InstrumentError::Create { path: log.0.clone(), cause })?;
+    let mut stream = AgentLogStream::create(&log_file)?;
+    drop(log_file);
     let maps = scratch("alloc-maps")?;
     let file = File::create(&options.output)
         .map_err(|cause| InstrumentError::Create { path: options.output.clone(), cause })?;
@@ -132,7 +144,6 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
         }
         _ => agent.0.clone().into_os_string(),
     };
-    let started = Instant::now();
     let mut child = {
         use std::os::unix::process::CommandExt;
         std::process::Command::new(&exe)
@@ -146,11 +157,17 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
             .map_err(|cause| InstrumentError::Spawn { program: options.program.display().to_string(), cause })?
     };
     crate::interrupt::set_target(child.id() as i32);
-    let status =
-        child.wait().map_err(|cause| InstrumentError::Spawn { program: options.program.display().to_string(), cause });
+    let converted = convert_while_running(&mut child, &mut stream, file, &options, &exe);
     crate::interrupt::set_target(0);
-    let run_time = started.elapsed();
-    let status = status?;
+    let (status, run_time, mut writer, threads, breaks) = match converted {
+        Ok(c) => c,
+        Err(e) => {
+            // The program must not outlive a recording that failed.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
     let exit = {
         use std::os::unix::process::ExitStatusExt;
         match (status.code(), status.signal()) {
@@ -160,47 +177,9 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
         }
     };
     let truncated = crate::interrupt::requested().then_some(TruncationReason::Interrupted);
-
-    let mut log_file = File::open(&log.0).map_err(|cause| InstrumentError::Create { path: log.0.clone(), cause })?;
-    let agent_log = AgentLog::read(&mut log_file)?;
-    drop(log_file);
-    let modules = crate::maps::parse_maps(&std::fs::read_to_string(&maps.0).unwrap_or_default());
-
-    let mut metadata = Metadata::new("preload-allocations");
-    metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
-        .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
-        .collect();
-    metadata.executable = exe.to_string_lossy().into_owned();
-    metadata.build_id = decoder::symbols::elf::build_id_of(&exe).ok().flatten();
-    metadata.pid = child.id();
-    metadata.start_unix_ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
-    // Compression is most of the conversion's time: the fast level.
-    writer.set_compression_level(1);
-    writer.add_modules(&with_build_ids(modules));
-    let mut threads = std::collections::HashSet::new();
-    // One string per distinct stack: call paths repeat.
-    let mut stacks: std::collections::HashMap<Vec<u64>, u32> = std::collections::HashMap::new();
-    for r in agent_log.records() {
-        threads.insert(r.tid);
-        for event in events_of(&r) {
-            writer.push(r.tid, &Event::Alloc(event))?;
-            writer.push(r.tid, &Event::AllocDetail { usable: r.usable, time_ns: r.time_ns })?;
-            if event.ptr_out != 0 && !r.stack.is_empty() {
-                let stack = match stacks.get(&r.stack) {
-                    Some(&id) => id,
-                    None => {
-                        let text: Vec<String> = r.stack.iter().map(|a| format!("{a:x}")).collect();
-                        let id = writer.add_string(&text.join(","));
-                        stacks.insert(r.stack.clone(), id);
-                        id
-                    }
-                };
-                writer.push(r.tid, &Event::AllocStack { stack })?;
-            }
-        }
-    }
+    // The modules the program had mapped at its end (or, after a crash, at
+    // its start).
+    writer.add_modules(&with_build_ids(crate::maps::parse_maps(&std::fs::read_to_string(&maps.0).unwrap_or_default())));
     let out = writer.finish(&Trailer { exit: Some(exit), truncated })?;
     let mut file = out
         .into_inner()
@@ -209,13 +188,115 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
     Ok(AllocationSummary {
         exit,
         truncated,
-        events: agent_log.len() as u64,
-        threads: threads.len(),
-        dropped: agent_log.dropped,
-        missing: agent_log.missing,
+        events: stream.delivered() - breaks,
+        breaks,
+        threads,
+        dropped: stream.dropped(),
+        missing: stream.missing(),
+        unwinding: stream.unwinding(),
         trace_bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
         run_time,
     })
+}
+
+/// The trace being written from the agent's log.
+type Writer = TraceWriter<BufWriter<File>>;
+
+/// Turns the agent's records into trace events while the program runs
+/// (on linetrace's own core: the conversion costs about as much as the
+/// program's calls), until the program has ended and its last records are
+/// read. Returns the program's status, its run time, the writer (to be
+/// finished), the number of threads that made calls and the program
+/// break's moves.
+fn convert_while_running(
+    child: &mut std::process::Child,
+    stream: &mut AgentLogStream,
+    file: File,
+    options: &AllocationOptions,
+    exe: &Path,
+) -> Result<(std::process::ExitStatus, Duration, Writer, usize, u64), InstrumentError> {
+    let started = Instant::now();
+    let mut metadata = Metadata::new("preload-allocations");
+    metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
+        .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
+        .collect();
+    metadata.executable = exe.to_string_lossy().into_owned();
+    metadata.build_id = decoder::symbols::elf::build_id_of(exe).ok().flatten();
+    metadata.pid = child.id();
+    metadata.start_unix_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
+    // Compression is most of the conversion's time: the fast level.
+    writer.set_compression_level(1);
+    let mut converter = RecordConverter::default();
+    let mut failure = None;
+    let mut deliver = |r: &AgentRecord| {
+        if failure.is_none() {
+            if let Err(e) = converter.convert(r, &mut writer) {
+                failure = Some(e);
+            }
+        }
+    };
+    let (status, run_time) = loop {
+        let read = stream.poll(false, &mut deliver)?;
+        let status =
+            child.try_wait().map_err(|cause| InstrumentError::Spawn { program: exe.display().to_string(), cause })?;
+        if let Some(status) = status {
+            break (status, started.elapsed());
+        }
+        if read == 0 {
+            // Nothing new: the program is between calls. A millisecond is
+            // a few thousand calls, which the next poll takes at once.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    stream.poll(true, &mut deliver)?;
+    if let Some(e) = failure {
+        return Err(e.into());
+    }
+    Ok((status, run_time, writer, converter.threads.len(), converter.breaks))
+}
+
+/// Turns agent records into trace events.
+#[derive(Default)]
+struct RecordConverter {
+    /// Threads seen (few: a list).
+    threads: Vec<u32>,
+    /// One string per distinct stack: call paths repeat.
+    stacks: std::collections::HashMap<Vec<u64>, u32>,
+    /// Moves of the program break.
+    breaks: u64,
+}
+
+impl RecordConverter {
+    fn convert(&mut self, r: &AgentRecord, writer: &mut Writer) -> Result<(), trace_rt::format::FormatError> {
+        if !self.threads.contains(&r.tid) {
+            self.threads.push(r.tid);
+        }
+        if r.kind == AgentKind::Brk {
+            self.breaks += 1;
+            return writer.push(r.tid, &Event::ProgramBreak { from: r.ptr_in, to: r.ptr_out });
+        }
+        for event in events_of(r) {
+            let has_result = event.ptr_out != 0;
+            let detail = Event::AllocDetail { usable: r.usable, time_ns: r.time_ns };
+            if has_result && !r.stack.is_empty() {
+                let stack = match self.stacks.get(&r.stack) {
+                    Some(&id) => id,
+                    None => {
+                        let text: Vec<String> = r.stack.iter().map(|a| format!("{a:x}")).collect();
+                        let id = writer.add_string(&text.join(","));
+                        self.stacks.insert(r.stack.clone(), id);
+                        id
+                    }
+                };
+                writer.push_all(r.tid, &[Event::Alloc(event), detail, Event::AllocStack { stack }])?;
+            } else {
+                writer.push_all(r.tid, &[Event::Alloc(event), detail])?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The trace events of one agent record: one, or two for mremap (no
@@ -227,6 +308,7 @@ fn events_of(r: &AgentRecord) -> impl Iterator<Item = Allocation> {
         AgentKind::Format(kind) => [Some(alloc(kind, r.size, r.align, r.ptr_in, r.ptr_out)), None],
         AgentKind::New => [Some(alloc(AllocKind::Malloc, r.size, 0, 0, r.ptr_out)), None],
         AgentKind::Delete => [Some(alloc(AllocKind::Free, 0, 0, r.ptr_in, 0)), None],
+        AgentKind::Brk => [None, None],
         // `align` holds the old length.
         AgentKind::Mremap => [
             Some(alloc(AllocKind::Munmap, r.align, 0, r.ptr_in, 0)),

@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "unwind.h"
+
 extern void *__libc_malloc(size_t);
 extern void __libc_free(void *);
 extern void *__libc_calloc(size_t, size_t);
@@ -43,7 +45,7 @@ extern size_t malloc_usable_size(void *);
 enum {
     K_MALLOC = 0, K_CALLOC = 1, K_REALLOC = 2, K_FREE = 3, K_POSIX_MEMALIGN = 4,
     K_ALIGNED_ALLOC = 5, K_MEMALIGN = 6, K_MMAP = 7, K_MUNMAP = 8,
-    K_NEW = 16, K_DELETE = 17, K_MREMAP = 18
+    K_NEW = 16, K_DELETE = 17, K_MREMAP = 18, K_BRK = 19
 };
 
 #define MARKER 0x4c54414c4c4f4321ull /* "!COLLATL" */
@@ -71,17 +73,26 @@ struct header {
     _Atomic uint64_t seq;
     _Atomic uint64_t dropped;
     uint64_t record_bytes; /* sizeof(struct record) + 8 per stack frame */
+    /* Stacks unwound by the agent's unwinder, by backtrace() (where the
+     * unwinder does not follow the frames), and, with
+     * LINETRACE_ALLOC_UNWIND_CHECK, where the two differ. */
+    _Atomic uint64_t unwound_fast;
+    _Atomic uint64_t unwound_slow;
+    _Atomic uint64_t unwind_mismatch;
 };
 
 /* Callers recorded above the calling instruction (LINETRACE_ALLOC_STACK,
  * at most MAX_STACK): each record is followed by that many addresses. */
 #define MAX_STACK 32
 static int stack_depth;
+static int check_unwind; /* LINETRACE_ALLOC_UNWIND_CHECK: both unwinders */
 
 static char *base;
 static char maps_path[4096]; /* where /proc/self/maps is copied */
 static struct header *hdr;
 static _Atomic int state; /* 0 new, 1 starting, 2 on, 3 off */
+/* The program break as last recorded (0: not known yet). */
+static _Atomic uint64_t last_break;
 
 #define TLS __attribute__((tls_model("initial-exec"))) static __thread
 TLS char *cur;
@@ -98,6 +109,7 @@ static void start(void) {
     stack_depth = depth ? atoi(depth) : 0;
     if (stack_depth < 0) stack_depth = 0;
     if (stack_depth > MAX_STACK) stack_depth = MAX_STACK;
+    check_unwind = getenv("LINETRACE_ALLOC_UNWIND_CHECK") != NULL;
     const char *maps = getenv("LINETRACE_ALLOC_MAPS");
     if (maps && strlen(maps) < sizeof maps_path) strcpy(maps_path, maps);
     /* A program this one execs records nothing (the agent stays loaded
@@ -105,6 +117,7 @@ static void start(void) {
     unsetenv("LINETRACE_ALLOC_OUT");
     unsetenv("LINETRACE_ALLOC_MAPS");
     unsetenv("LINETRACE_ALLOC_STACK");
+    unsetenv("LINETRACE_ALLOC_UNWIND_CHECK");
     if (fd < 0 || ftruncate(fd, (off_t)CAPACITY) != 0) {
         atomic_store(&state, 3);
         return;
@@ -117,6 +130,7 @@ static void start(void) {
     }
     base = m;
     hdr = (struct header *)m;
+    atomic_store(&last_break, (uint64_t)sbrk(0));
     if (hdr->magic != MARKER) {
         atomic_store(&hdr->next_chunk, HEADER_BYTES);
         hdr->record_bytes = sizeof(struct record) + 8 * (uint64_t)stack_depth;
@@ -125,18 +139,44 @@ static void start(void) {
     atomic_store(&state, 2);
 }
 
-static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size, uint64_t align, void *ret) {
-    if (busy) return;
-    if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
-        start();
-        if (atomic_load(&state) != 2) {
-            if (hdr) atomic_fetch_add(&hdr->dropped, 1); /* stopped: the log is full */
-            return;
+/* The callers above the calling instruction, innermost first, zeroes
+ * after the last. `frame` is the wrapper's frame (built with frame
+ * pointers: the caller's rbp at frame[0], `ret` at frame[1]). */
+static void record_stack(uint64_t *stack, void *ret, void **frame) {
+    int n = -1;
+    if (frame && frame[1] == ret)
+        n = unwind_callers((uint64_t)ret, (uint64_t)(frame + 2), (uint64_t)frame[0], stack, stack_depth);
+    if (n >= 0 && !check_unwind) {
+        atomic_fetch_add_explicit(&hdr->unwound_fast, 1, memory_order_relaxed);
+    } else {
+        /* glibc's backtrace (libgcc's unwinder): find our caller's
+         * return address, keep what is above it. */
+        void *frames[MAX_STACK + 8];
+        int got = backtrace(frames, stack_depth + 8);
+        int k = 0;
+        while (k < got && frames[k] != ret) k++;
+        uint64_t slow[MAX_STACK];
+        for (int i = 0; i < stack_depth; i++) {
+            int at = k + 1 + i;
+            slow[i] = (k < got && at < got && frames[at]) ? (uint64_t)frames[at] - 1 : 0;
         }
+        if (n >= 0) {
+            for (int i = n; i < stack_depth; i++) stack[i] = 0;
+            if (memcmp(stack, slow, 8 * (size_t)stack_depth) != 0)
+                atomic_fetch_add_explicit(&hdr->unwind_mismatch, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&hdr->unwound_fast, 1, memory_order_relaxed);
+        } else {
+            atomic_fetch_add_explicit(&hdr->unwound_slow, 1, memory_order_relaxed);
+        }
+        memcpy(stack, slow, 8 * (size_t)stack_depth);
+        return;
     }
-    busy = 1;
-    int saved_errno = errno; /* the program's, whatever the agent's calls do */
-    size_t bytes = (size_t)hdr->record_bytes;
+    for (int i = n; i < stack_depth; i++) stack[i] = 0;
+}
+
+/* Room for the next record in this thread's chunk (claiming a new chunk
+ * when it is full), or NULL when the log is full: recording stops then. */
+static struct record *claim(size_t bytes) {
     if (!cur || cur + bytes > end) {
         uint64_t at = atomic_fetch_add(&hdr->next_chunk, CHUNK_BYTES);
         /* One system call maps the whole chunk, instead of a page fault
@@ -149,45 +189,75 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
             atomic_store(&state, 3);
             atomic_fetch_add(&hdr->dropped, 1);
             cur = end = NULL;
-            errno = saved_errno;
-            busy = 0;
-            return;
+            return NULL;
         }
         cur = base + at;
         end = base + at + CHUNK_BYTES;
     }
-    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     struct record *r = (struct record *)cur;
     cur += bytes;
-    if (bytes > sizeof(struct record)) {
-        /* The callers above the calling instruction, from .eh_frame
-         * (glibc's backtrace, libgcc's unwinder): find our caller's
-         * return address, keep what is above it. */
-        void *frames[MAX_STACK + 8];
-        int n = backtrace(frames, stack_depth + 8);
-        int k = 0;
-        while (k < n && frames[k] != ret) k++;
-        uint64_t *stack = (uint64_t *)(r + 1);
-        for (int i = 0; i < stack_depth; i++) {
-            int at = k + 1 + i;
-            stack[i] = (k < n && at < n && frames[at]) ? (uint64_t)frames[at] - 1 : 0;
-        }
-    }
+    return r;
+}
+
+/* Fills in a claimed record and marks it complete (the marker last: a
+ * reader takes a record only once its marker is there). */
+static void fill(struct record *r, uint32_t kind, uint64_t time_ns, uint64_t ptr_in, uint64_t ptr_out, uint64_t size,
+                 uint64_t align, void *ret, uint64_t usable) {
     r->seq = atomic_fetch_add_explicit(&hdr->seq, 1, memory_order_relaxed);
-    r->time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    r->time_ns = time_ns;
     r->ptr_in = ptr_in;
     r->ptr_out = ptr_out;
     r->size = size;
     r->align = align;
     /* The call instruction, not the return address: its source line. */
     r->callsite = ret ? (uint64_t)ret - 1 : 0;
-    r->usable = (ptr_out && kind != K_MMAP && kind != K_MREMAP) ? malloc_usable_size((void *)ptr_out) : 0;
+    r->usable = usable;
     r->tid = my_tid;
     r->kind = kind;
     atomic_signal_fence(memory_order_seq_cst);
     r->marker = MARKER;
+}
+
+static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size, uint64_t align, void *ret,
+                 void **frame) {
+    if (busy) return;
+    if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
+        start();
+        if (atomic_load(&state) != 2) {
+            if (hdr) atomic_fetch_add(&hdr->dropped, 1); /* stopped: the log is full */
+            return;
+        }
+    }
+    busy = 1;
+    int saved_errno = errno; /* the program's, whatever the agent's calls do */
+    size_t bytes = (size_t)hdr->record_bytes;
+    struct record *r = claim(bytes);
+    if (!r) {
+        errno = saved_errno;
+        busy = 0;
+        return;
+    }
+    if (!my_tid) my_tid = (uint32_t)syscall(SYS_gettid);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (bytes > sizeof(struct record)) record_stack((uint64_t *)(r + 1), ret, frame);
+    uint64_t usable = (ptr_out && kind != K_MMAP && kind != K_MREMAP) ? malloc_usable_size((void *)ptr_out) : 0;
+    fill(r, kind, now, ptr_in, ptr_out, size, align, ret, usable);
+    /* Did the call move the program break (malloc growing or trimming its
+     * main heap with brk)? glibc's sbrk(0) reads a variable, no system
+     * call; the exchange makes each move recorded once, by the thread
+     * that sees it first. */
+    uint64_t brk_now = (uint64_t)sbrk(0);
+    if (brk_now != (uint64_t)-1 && atomic_load_explicit(&last_break, memory_order_relaxed) != brk_now) {
+        uint64_t before = atomic_exchange(&last_break, brk_now);
+        struct record *b = before && before != brk_now ? claim(bytes) : NULL;
+        if (b) {
+            /* The same callers as the call that moved it. */
+            if (bytes > sizeof(struct record)) memcpy(b + 1, r + 1, bytes - sizeof(struct record));
+            fill(b, K_BRK, now, before, brk_now, 0, 0, ret, 0);
+        }
+    }
     errno = saved_errno;
     busy = 0;
 }
@@ -221,9 +291,11 @@ __attribute__((constructor)) static void agent_init(void) {
     copy_maps();
     if (stack_depth > 0) {
         /* The first backtrace loads the unwinder, which allocates: done
-         * here, unrecorded, not in the middle of the program's malloc. */
+         * here, unrecorded, not in the middle of the program's malloc (and
+         * the unwinder's table is mapped unrecorded too). */
         void *frames[2];
         busy = 1;
+        unwind_init();
         backtrace(frames, 2);
         busy = 0;
     }
@@ -235,29 +307,31 @@ __attribute__((destructor)) static void agent_exit(void) {
 }
 
 #define RET __builtin_return_address(0)
+/* The wrapper's own frame (the agent is built with frame pointers). */
+#define FRAME ((void **)__builtin_frame_address(0))
 
 void *malloc(size_t n) {
     void *p = __libc_malloc(n);
-    note(K_MALLOC, 0, (uint64_t)p, n, 0, RET);
+    note(K_MALLOC, 0, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
 
 void free(void *p) {
-    if (p) note(K_FREE, (uint64_t)p, 0, 0, 0, RET);
+    if (p) note(K_FREE, (uint64_t)p, 0, 0, 0, RET, FRAME);
     __libc_free(p);
 }
 
 void *calloc(size_t n, size_t s) {
     void *p = __libc_calloc(n, s);
     size_t total = (s && n > SIZE_MAX / s) ? SIZE_MAX : n * s;
-    note(K_CALLOC, 0, (uint64_t)p, total, 0, RET);
+    note(K_CALLOC, 0, (uint64_t)p, total, 0, RET, FRAME);
     return p;
 }
 
 void *realloc(void *old, size_t n) {
     void *p = __libc_realloc(old, n);
     /* realloc(p, 0) frees p and may return NULL: recorded as it is. */
-    note(K_REALLOC, (uint64_t)old, (uint64_t)p, n, 0, RET);
+    note(K_REALLOC, (uint64_t)old, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
 
@@ -267,7 +341,7 @@ void *reallocarray(void *old, size_t n, size_t s) {
         return NULL;
     }
     void *p = __libc_realloc(old, n * s);
-    note(K_REALLOC, (uint64_t)old, (uint64_t)p, n * s, 0, RET);
+    note(K_REALLOC, (uint64_t)old, (uint64_t)p, n * s, 0, RET, FRAME);
     return p;
 }
 
@@ -276,26 +350,26 @@ int posix_memalign(void **out, size_t align, size_t n) {
     void *p = __libc_memalign(align, n);
     if (!p) return ENOMEM;
     *out = p;
-    note(K_POSIX_MEMALIGN, 0, (uint64_t)p, n, align, RET);
+    note(K_POSIX_MEMALIGN, 0, (uint64_t)p, n, align, RET, FRAME);
     return 0;
 }
 
 void *aligned_alloc(size_t align, size_t n) {
     void *p = __libc_memalign(align, n);
-    note(K_ALIGNED_ALLOC, 0, (uint64_t)p, n, align, RET);
+    note(K_ALIGNED_ALLOC, 0, (uint64_t)p, n, align, RET, FRAME);
     return p;
 }
 
 void *memalign(size_t align, size_t n) {
     void *p = __libc_memalign(align, n);
-    note(K_MEMALIGN, 0, (uint64_t)p, n, align, RET);
+    note(K_MEMALIGN, 0, (uint64_t)p, n, align, RET, FRAME);
     return p;
 }
 
 void *valloc(size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *p = __libc_memalign(page, n);
-    note(K_MEMALIGN, 0, (uint64_t)p, n, page, RET);
+    note(K_MEMALIGN, 0, (uint64_t)p, n, page, RET, FRAME);
     return p;
 }
 
@@ -303,7 +377,7 @@ void *pvalloc(size_t n) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t rounded = (n + page - 1) & ~(page - 1);
     void *p = __libc_memalign(page, rounded ? rounded : page);
-    note(K_MEMALIGN, 0, (uint64_t)p, n, page, RET);
+    note(K_MEMALIGN, 0, (uint64_t)p, n, page, RET, FRAME);
     return p;
 }
 
@@ -317,43 +391,43 @@ static void *new_failed(const char *name, size_t n) {
 void *_Znwm(size_t n) {
     void *p = __libc_malloc(n ? n : 1);
     if (!p) p = new_failed("_Znwm", n);
-    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
 void *_Znam(size_t n) {
     void *p = __libc_malloc(n ? n : 1);
     if (!p) p = new_failed("_Znam", n);
-    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
 void *_ZnwmRKSt9nothrow_t(size_t n, const void *tag) {
     (void)tag;
     void *p = __libc_malloc(n ? n : 1);
-    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
 void *_ZnamRKSt9nothrow_t(size_t n, const void *tag) {
     (void)tag;
     void *p = __libc_malloc(n ? n : 1);
-    note(K_NEW, 0, (uint64_t)p, n, 0, RET);
+    note(K_NEW, 0, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
 void _ZdlPv(void *p) {
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
     __libc_free(p);
 }
 void _ZdaPv(void *p) {
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
     __libc_free(p);
 }
 void _ZdlPvm(void *p, size_t n) {
     (void)n;
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
     __libc_free(p);
 }
 void _ZdaPvm(void *p, size_t n) {
     (void)n;
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET);
+    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
     __libc_free(p);
 }
 
@@ -364,7 +438,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
         errno = (int)-r;
         p = MAP_FAILED;
     } else {
-        note(K_MMAP, 0, (uint64_t)p, len, 0, RET);
+        note(K_MMAP, 0, (uint64_t)p, len, 0, RET, FRAME);
     }
     return p;
 }
@@ -377,7 +451,7 @@ int munmap(void *addr, size_t len) {
         errno = (int)-r;
         return -1;
     }
-    note(K_MUNMAP, (uint64_t)addr, 0, len, 0, RET);
+    note(K_MUNMAP, (uint64_t)addr, 0, len, 0, RET, FRAME);
     return 0;
 }
 
@@ -394,6 +468,6 @@ void *mremap(void *old, size_t old_len, size_t len, int flags, ...) {
         errno = (int)-r;
         return MAP_FAILED;
     }
-    note(K_MREMAP, (uint64_t)old, (uint64_t)r, len, old_len, RET);
+    note(K_MREMAP, (uint64_t)old, (uint64_t)r, len, old_len, RET, FRAME);
     return (void *)r;
 }

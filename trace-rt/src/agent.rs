@@ -5,12 +5,11 @@
 //! The agent records every allocator call of every thread into a shared
 //! file mapping: a 4 KiB header, then 64 KiB chunks of fixed-size records
 //! that threads claim with an atomic add. Records are numbered by one
-//! global counter, so [`AgentLog::read`] restores the order of all threads
-//! by sorting; a record counts once its marker (its last word) is written,
-//! so records cut by a crash are skipped. [`AgentRecord`] is the layout;
+//! global counter, so [`AgentLogStream`] restores the order of all threads
+//! (while the program runs: linetrace converts the log on its own core);
+//! a record counts once its marker (its last word) is written, so records
+//! cut by a crash are skipped. [`AgentRecord`] is the layout;
 //! the C `struct record` must stay equal to it.
-
-use std::io::Read;
 
 /// The agent, as a shared library; empty when the build had no C compiler.
 pub const ALLOC_AGENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/liblinetrace_alloc.so"));
@@ -26,6 +25,22 @@ pub const MAX_STACK: usize = 32;
 /// `/proc/self/maps` to, at start and at exit.
 pub const MAPS_ENV: &str = "LINETRACE_ALLOC_MAPS";
 
+/// Environment variable that makes the agent unwind every stack twice,
+/// with its own unwinder and with glibc's backtrace(), and count where they
+/// differ ([`AgentLogStream::unwinding`]): the check of the fast unwinder.
+pub const UNWIND_CHECK_ENV: &str = "LINETRACE_ALLOC_UNWIND_CHECK";
+
+/// How the stacks of a recording were unwound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unwinding {
+    /// Stacks the agent's own unwinder followed to their end or depth.
+    pub fast: u64,
+    /// Stacks unwound by backtrace() instead.
+    pub slow: u64,
+    /// With [`UNWIND_CHECK_ENV`]: fast stacks that differ from backtrace()'s.
+    pub mismatched: u64,
+}
+
 /// Marks the header and every complete record.
 const MARKER: u64 = 0x4c54_414c_4c4f_4321;
 /// Bytes before the first chunk.
@@ -35,6 +50,8 @@ const CHUNK_BYTES: usize = 64 << 10;
 /// Bytes of one record without its stack (the header says how many
 /// follow).
 pub const RECORD_BYTES: usize = 80;
+/// Where a record's marker is, from its start.
+const MARKER_OFFSET: u64 = 72;
 
 /// What a record stands for. Values up to 8 are
 /// [`crate::format::AllocKind`]'s.
@@ -48,6 +65,9 @@ pub enum AgentKind {
     Delete,
     /// mremap: `ptr_in` old address, `align` old length, `size` new length.
     Mremap,
+    /// The program break moved during the call recorded just before on
+    /// the same thread: `ptr_in` the break before, `ptr_out` after.
+    Brk,
 }
 
 impl AgentKind {
@@ -56,13 +76,14 @@ impl AgentKind {
             16 => Some(AgentKind::New),
             17 => Some(AgentKind::Delete),
             18 => Some(AgentKind::Mremap),
+            19 => Some(AgentKind::Brk),
             v => crate::format::AllocKind::from_u8(u8::try_from(v).ok()?).map(AgentKind::Format),
         }
     }
 }
 
 /// One allocator call, as the agent wrote it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AgentRecord {
     /// Global order of the call (all threads).
     pub seq: u64,
@@ -89,118 +110,232 @@ pub struct AgentRecord {
     pub stack: Vec<u64>,
 }
 
-impl AgentRecord {
-    /// Parses a record of `bytes` bytes (its stack is the rest after the
-    /// fixed part).
-    fn parse(b: &[u8], bytes: usize) -> Option<AgentRecord> {
-        let b = b.get(..bytes.max(RECORD_BYTES))?;
-        let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        if word(9) != MARKER {
-            return None;
-        }
-        let stack = (RECORD_BYTES / 8..b.len() / 8).map(word).take_while(|&a| a != 0).collect();
-        let tid_kind = word(8);
-        Some(AgentRecord {
-            seq: word(0),
-            time_ns: word(1),
-            ptr_in: word(2),
-            ptr_out: word(3),
-            size: word(4),
-            align: word(5),
-            callsite: word(6),
-            usable: word(7),
-            tid: tid_kind as u32,
-            kind: AgentKind::from_u32((tid_kind >> 32) as u32)?,
-            stack,
-        })
+impl Default for AgentKind {
+    fn default() -> Self {
+        AgentKind::Format(crate::format::AllocKind::Malloc)
     }
-}
-
-/// Everything an agent log holds, in call order. Records are parsed as
-/// they are visited ([`AgentLog::records`]): a log of millions of calls is
-/// held once, as read.
-#[derive(Clone, Debug, Default)]
-pub struct AgentLog {
-    /// The log's bytes after its header.
-    body: Vec<u8>,
-    /// Offsets of complete records in `body`, in call order.
-    order: Vec<u32>,
-    /// Bytes of a record, its stack included.
-    record_bytes: usize,
-    /// Calls the agent could not record (its log was full).
-    pub dropped: u64,
-    /// Calls numbered but missing (cut by a crash mid-record).
-    pub missing: u64,
 }
 
 /// Why a log cannot be read.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AgentLogError {
-    /// Reading failed.
-    #[error("cannot read the allocation log")]
+    /// The log file could not be sized or mapped.
+    #[error("cannot map the allocation log")]
     Io(#[source] std::io::Error),
     /// The agent never started in the program (not preloaded: a static
     /// program, or one that clears LD_PRELOAD).
     #[error("the allocation agent did not start in the program (statically linked, or LD_PRELOAD cleared?)")]
     NotStarted,
-    /// The log is larger than this reader indexes (4 GiB).
-    #[error("the allocation log is larger than 4 GiB")]
-    TooLarge,
+    /// The header names a record size no agent writes.
+    #[error("the allocation log's header is damaged (record size {0})")]
+    Damaged(u64),
 }
 
-impl AgentLog {
-    /// Reads a log: the header, then the chunks it says were claimed.
-    pub fn read(file: &mut std::fs::File) -> Result<AgentLog, AgentLogError> {
-        let mut header = [0u8; 40];
-        if file.read_exact(&mut header).is_err() {
-            return Err(AgentLogError::NotStarted);
-        }
-        let word = |i: usize| u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
-        if word(0) != MARKER {
-            return Err(AgentLogError::NotStarted);
-        }
-        let (claimed, numbered, dropped) = (word(1), word(2), word(3));
-        let record_bytes = match word(4) as usize {
-            0 => RECORD_BYTES,
-            n if (RECORD_BYTES..=RECORD_BYTES + 8 * MAX_STACK).contains(&n) && n % 8 == 0 => n,
-            _ => return Err(AgentLogError::NotStarted),
-        };
-        if claimed > u64::from(u32::MAX) {
-            return Err(AgentLogError::TooLarge);
-        }
-        let mut body = Vec::new();
-        std::io::Seek::seek(file, std::io::SeekFrom::Start(HEADER_BYTES)).map_err(AgentLogError::Io)?;
-        file.take(claimed.saturating_sub(HEADER_BYTES)).read_to_end(&mut body).map_err(AgentLogError::Io)?;
-        // Records never straddle chunks: each chunk ends with a few unused
-        // bytes.
-        let mut keyed: Vec<(u64, u32)> = Vec::new();
-        for (c, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
-            for (i, bytes) in chunk.chunks_exact(record_bytes).enumerate() {
-                if let Some(r) = AgentRecord::parse(bytes, record_bytes) {
-                    keyed.push((r.seq, (c * CHUNK_BYTES + i * record_bytes) as u32));
+/// Bytes of the log file: the agent's whole capacity, sparse (only
+/// written pages take room).
+pub const LOG_CAPACITY: u64 = 64 << 30;
+
+/// Records parked until every record numbered before them has been read,
+/// at most: past this, a number that never came (a thread killed in the
+/// middle of its record) is given up on.
+const MAX_PARKED: usize = 1 << 22;
+
+/// Reads the agent's log while the program writes it, and hands over the
+/// records of all threads in call order.
+///
+/// The log is mapped read-only and shared with the program: a record is
+/// read once its marker (its last word) is there, which the agent writes
+/// after the rest (x86-64 keeps stores in order, and the agent keeps the
+/// compiler from reordering them). Each thread fills the chunks it claims
+/// in order, so per chunk a cursor marks how far it is read; records of
+/// different threads arrive out of their global order and are parked until
+/// the numbers before them have come.
+pub struct AgentLogStream {
+    map: memmap2::MmapRaw,
+    /// Bytes of a record with its stack; 0 until the agent has started.
+    record_bytes: usize,
+    /// Where the next claimed chunk starts.
+    next_chunk: u64,
+    /// Chunks still being filled: where each ends, and where its next
+    /// record starts.
+    open: Vec<(u64, u64)>,
+    /// Complete records not handed over yet: (number, offset), least first.
+    parked: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
+    /// The number of the next record to hand over.
+    next_seq: u64,
+    /// Records handed over.
+    delivered: u64,
+    /// The record handed to the caller, reused.
+    current: AgentRecord,
+}
+
+impl AgentLogStream {
+    /// Sizes `file` (empty, the one the agent will be told to use) to the
+    /// log's capacity and maps it. Call before the program starts.
+    pub fn create(file: &std::fs::File) -> Result<AgentLogStream, AgentLogError> {
+        file.set_len(LOG_CAPACITY).map_err(AgentLogError::Io)?;
+        let map = memmap2::MmapOptions::new()
+            .len(LOG_CAPACITY as usize)
+            .map_raw_read_only(file)
+            .map_err(AgentLogError::Io)?;
+        Ok(AgentLogStream {
+            map,
+            record_bytes: 0,
+            next_chunk: HEADER_BYTES,
+            open: Vec::new(),
+            parked: Default::default(),
+            next_seq: 0,
+            delivered: 0,
+            current: AgentRecord::default(),
+        })
+    }
+
+    /// The 8-byte word at `offset` (volatile: the program writes it).
+    fn word(&self, offset: u64) -> u64 {
+        debug_assert!(offset % 8 == 0 && offset + 8 <= LOG_CAPACITY);
+        // SAFETY: offset is inside the mapping (every caller stays below the
+        // chunks the header says were claimed, which are below the
+        // capacity) and 8-aligned; the file is sized to the whole mapping,
+        // so no access is past its end.
+        unsafe { std::ptr::read_volatile(self.map.as_ptr().add(offset as usize).cast::<u64>()) }
+    }
+
+    /// Whether the agent has started (its header is there).
+    pub fn started(&self) -> bool {
+        self.record_bytes != 0
+    }
+
+    /// Reads what the program has written since the last call and hands
+    /// over, in call order, every record whose predecessors have all been
+    /// read; with `finished` (the program has ended) hands over all.
+    /// Returns how many records were handed over.
+    pub fn poll(&mut self, finished: bool, deliver: &mut dyn FnMut(&AgentRecord)) -> Result<u64, AgentLogError> {
+        if self.record_bytes == 0 {
+            if self.word(0) != MARKER {
+                return if finished { Err(AgentLogError::NotStarted) } else { Ok(0) };
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            self.record_bytes = match self.word(32) {
+                0 => RECORD_BYTES,
+                n if (RECORD_BYTES as u64..=(RECORD_BYTES + 8 * MAX_STACK) as u64).contains(&n) && n % 8 == 0 => {
+                    n as usize
                 }
+                n => return Err(AgentLogError::Damaged(n)),
+            };
+        }
+        let claimed = self.word(8).min(LOG_CAPACITY);
+        while self.next_chunk + CHUNK_BYTES as u64 <= claimed {
+            self.open.push((self.next_chunk + CHUNK_BYTES as u64, self.next_chunk));
+            self.next_chunk += CHUNK_BYTES as u64;
+        }
+        let bytes = self.record_bytes as u64;
+        let mut delivered = 0;
+        let mut i = 0;
+        while i < self.open.len() {
+            let (end, mut at) = self.open[i];
+            while at + bytes <= end && self.word(at + MARKER_OFFSET) == MARKER {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                let seq = self.word(at);
+                if seq == self.next_seq && self.parked.is_empty() {
+                    // In order (always, with one thread): no parking.
+                    delivered += self.hand_over(seq, at, deliver);
+                } else {
+                    self.parked.push(std::cmp::Reverse((seq, at)));
+                }
+                at += bytes;
+            }
+            // Records never straddle chunks: a chunk ends with a few unused
+            // bytes.
+            if at + bytes <= end {
+                self.open[i].1 = at;
+                i += 1;
+            } else {
+                self.open.swap_remove(i);
             }
         }
-        keyed.sort_unstable_by_key(|k| k.0);
-        let order: Vec<u32> = keyed.into_iter().map(|k| k.1).collect();
-        let missing = numbered.saturating_sub(order.len() as u64 + dropped);
-        Ok(AgentLog { body, order, record_bytes, dropped, missing })
+        while let Some(&std::cmp::Reverse((seq, at))) = self.parked.peek() {
+            // Past MAX_PARKED the numbers in between are given up on
+            // (counted in `missing`).
+            if seq > self.next_seq && !finished && self.parked.len() < MAX_PARKED {
+                break;
+            }
+            self.parked.pop();
+            delivered += self.hand_over(seq, at, deliver);
+        }
+        self.delivered += delivered;
+        Ok(delivered)
     }
 
-    /// Complete records.
-    pub fn len(&self) -> usize {
-        self.order.len()
+    /// Hands the record `seq` at `at` over; returns 1 if it was readable.
+    fn hand_over(&mut self, seq: u64, at: u64, deliver: &mut dyn FnMut(&AgentRecord)) -> u64 {
+        self.next_seq = self.next_seq.max(seq + 1);
+        if self.read_record(at) {
+            deliver(&self.current);
+            1
+        } else {
+            0
+        }
     }
 
-    /// Whether there is none.
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+    /// Reads the complete record at `at` into `self.current`.
+    fn read_record(&mut self, at: u64) -> bool {
+        let tid_kind = self.word(at + 64);
+        let Some(kind) = AgentKind::from_u32((tid_kind >> 32) as u32) else { return false };
+        let word = |i: u64| self.word(at + 8 * i);
+        let (seq, time_ns, ptr_in, ptr_out, size, align, callsite, usable) =
+            (word(0), word(1), word(2), word(3), word(4), word(5), word(6), word(7));
+        let mut stack = std::mem::take(&mut self.current.stack);
+        stack.clear();
+        let mut slot = at + RECORD_BYTES as u64;
+        while slot < at + self.record_bytes as u64 {
+            match self.word(slot) {
+                0 => break,
+                a => stack.push(a),
+            }
+            slot += 8;
+        }
+        self.current = AgentRecord {
+            seq,
+            time_ns,
+            ptr_in,
+            ptr_out,
+            size,
+            align,
+            callsite,
+            usable,
+            tid: tid_kind as u32,
+            kind,
+            stack,
+        };
+        true
     }
 
-    /// The records, in call order.
-    pub fn records(&self) -> impl Iterator<Item = AgentRecord> + '_ {
-        self.order.iter().filter_map(|&at| AgentRecord::parse(self.body.get(at as usize..)?, self.record_bytes))
+    /// Records handed over so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
+    }
+
+    /// Calls the agent could not record (its log filled its file system).
+    pub fn dropped(&self) -> u64 {
+        if self.record_bytes == 0 { 0 } else { self.word(24) }
+    }
+
+    /// How the agent unwound the stacks it recorded: by its own unwinder,
+    /// by backtrace() (frames its unwinder does not follow), and, when
+    /// [`UNWIND_CHECK_ENV`] is set, how many of its own unwinder's stacks
+    /// differ from backtrace()'s (which are the ones recorded then).
+    pub fn unwinding(&self) -> Unwinding {
+        if self.record_bytes == 0 {
+            return Unwinding::default();
+        }
+        Unwinding { fast: self.word(40), slow: self.word(48), mismatched: self.word(56) }
+    }
+
+    /// Calls numbered but never complete (cut by the program's end in the
+    /// middle of their record, or given up on).
+    pub fn missing(&self) -> u64 {
+        if self.record_bytes == 0 { 0 } else { self.word(16).saturating_sub(self.delivered) }
     }
 }
 
@@ -214,32 +349,57 @@ mod tests {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
+    /// Writes `records` into chunk `chunk` of `file`, and the header.
+    fn write(file: &std::fs::File, chunk: u64, records: &[Vec<u8>], claimed: u64, numbered: u64) {
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&records.concat(), HEADER_BYTES + chunk * CHUNK_BYTES as u64).expect("write records");
+        let header: Vec<u8> = [MARKER, HEADER_BYTES + claimed * CHUNK_BYTES as u64, numbered, 0, RECORD_BYTES as u64]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        file.write_all_at(&header, 0).expect("write header");
+    }
+
+    fn poll(stream: &mut AgentLogStream, finished: bool) -> Vec<u64> {
+        let mut seqs = Vec::new();
+        stream.poll(finished, &mut |r| seqs.push(r.seq)).expect("poll");
+        seqs
+    }
+
     #[test]
-    fn records_are_read_in_call_order_and_cut_ones_skipped() {
-        let mut bytes = vec![0u8; HEADER_BYTES as usize];
-        let chunk = |recs: &[Vec<u8>]| {
-            let mut c: Vec<u8> = recs.concat();
-            c.resize(1 << 16, 0);
-            c
-        };
-        bytes.extend(chunk(&[record(0, 0, true), record(2, 3, true)]));
-        bytes.extend(chunk(&[record(1, 16, true), record(3, 0, false)]));
-        let words = [MARKER, bytes.len() as u64, 4, 0];
-        for (i, w) in words.iter().enumerate() {
-            bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        let mut file = tempfile::tempfile().expect("temp file");
-        std::io::Write::write_all(&mut file, &bytes).expect("write");
-        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0)).expect("seek");
-        let log = AgentLog::read(&mut file).expect("read");
-        let records: Vec<AgentRecord> = log.records().collect();
-        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert_eq!(records[1].kind, AgentKind::New);
-        assert_eq!(records[2].kind, AgentKind::Format(crate::format::AllocKind::Free));
-        assert_eq!(records[0].tid, 42);
-        assert_eq!(log.missing, 1, "the record cut in half");
-        let mut empty = tempfile::tempfile().expect("temp file");
-        assert!(matches!(AgentLog::read(&mut empty), Err(AgentLogError::NotStarted)));
+    fn records_are_handed_over_in_call_order_as_they_complete() {
+        let file = tempfile::tempfile().expect("temp file");
+        let mut stream = AgentLogStream::create(&file).expect("map");
+        assert!(poll(&mut stream, false).is_empty(), "the agent has not started");
+        assert!(!stream.started());
+        // Two threads' chunks; record 1 is on the second thread, not
+        // written yet: 0 goes, 2 waits.
+        write(&file, 0, &[record(0, 0, true), record(2, 3, true)], 2, 3);
+        assert_eq!(poll(&mut stream, false), vec![0]);
+        write(&file, 1, &[record(1, 16, true), record(3, 0, false)], 2, 4);
+        assert_eq!(poll(&mut stream, false), vec![1, 2], "1 came, and 2 was waiting for it");
+        // Record 3 was cut in half by the program's end.
+        assert_eq!(poll(&mut stream, true), Vec::<u64>::new());
+        assert_eq!(stream.delivered(), 3);
+        assert_eq!(stream.missing(), 1, "the record cut in half");
+        // Kinds and thread ids as written.
+        let mut kinds = Vec::new();
+        let file = tempfile::tempfile().expect("temp file");
+        let mut stream = AgentLogStream::create(&file).expect("map");
+        write(&file, 0, &[record(0, 16, true), record(1, 3, true)], 1, 2);
+        stream.poll(true, &mut |r| kinds.push((r.kind, r.tid))).expect("poll");
+        assert_eq!(kinds, vec![(AgentKind::New, 42), (AgentKind::Format(crate::format::AllocKind::Free), 42)]);
+    }
+
+    #[test]
+    fn a_program_without_the_agent_is_told_apart() {
+        let file = tempfile::tempfile().expect("temp file");
+        let mut stream = AgentLogStream::create(&file).expect("map");
+        assert!(matches!(stream.poll(true, &mut |_| {}), Err(AgentLogError::NotStarted)));
+        use std::os::unix::fs::FileExt;
+        let header: Vec<u8> = [MARKER, HEADER_BYTES, 0, 0, 12].iter().flat_map(|w| w.to_le_bytes()).collect();
+        file.write_all_at(&header, 0).expect("write header");
+        assert!(matches!(stream.poll(false, &mut |_| {}), Err(AgentLogError::Damaged(12))));
     }
 
     #[test]

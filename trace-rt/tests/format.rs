@@ -41,6 +41,7 @@ fn event_strategy(sites: u32) -> impl Strategy<Value = Event> {
         1 => Just(Event::Exec { path: 0 }),
         1 => (any::<u64>(), any::<u64>()).prop_map(|(usable, time_ns)| Event::AllocDetail { usable, time_ns }),
         1 => Just(Event::AllocStack { stack: 0 }),
+        1 => (any::<u64>(), any::<u64>()).prop_map(|(from, to)| Event::ProgramBreak { from, to }),
     ]
 }
 

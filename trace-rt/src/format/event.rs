@@ -24,6 +24,8 @@ const TAG_INVOCATION_SKIPPED: u8 = 16;
 const EXT_ALLOC_DETAIL: u64 = 1;
 /// Extension kind of [`Event::AllocStack`].
 const EXT_ALLOC_STACK: u64 = 2;
+/// Extension kind of [`Event::ProgramBreak`].
+const EXT_PROGRAM_BREAK: u64 = 3;
 
 /// An extension event: `tag kind len body`.
 fn put_extension(b: &mut Vec<u8>, kind: u64, body: &[u8]) {
@@ -248,6 +250,12 @@ impl ChunkEncoder {
                 put_u64(&mut body, stack.into());
                 put_extension(b, EXT_ALLOC_STACK, &body);
             }
+            Event::ProgramBreak { from, to } => {
+                let mut body = Vec::new();
+                put_u64(&mut body, from);
+                put_u64(&mut body, to);
+                put_extension(b, EXT_PROGRAM_BREAK, &body);
+            }
         }
     }
 }
@@ -351,6 +359,9 @@ impl ChunkDecoder {
                 } else if kind == EXT_ALLOC_STACK {
                     let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
                     Event::AllocStack { stack: body.u32().ok_or(CUT)? }
+                } else if kind == EXT_PROGRAM_BREAK {
+                    let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
+                    Event::ProgramBreak { from: body.u64().ok_or(CUT)?, to: body.u64().ok_or(CUT)? }
                 } else {
                     // A kind added after this reader: skipped.
                     c.skip(len).ok_or(CUT)?;

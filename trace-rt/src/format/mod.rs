@@ -55,7 +55,8 @@
 //! events added later: a reader skips extension kinds it does not know, so
 //! new kinds of events need no new version. Kind 1 is
 //! [`Event::AllocDetail`] (`usable:varint time_ns:varint`), kind 2
-//! [`Event::AllocStack`] (`stack:varint`).
+//! [`Event::AllocStack`] (`stack:varint`), kind 3 [`Event::ProgramBreak`]
+//! (`from:varint to:varint`).
 //!
 //! # Robustness
 //!
@@ -507,6 +508,15 @@ pub enum Event {
     AllocStack {
         /// The stack, in the string table.
         stack: StringId,
+    },
+    /// The program break (the end of the brk heap) moved, during the
+    /// [`Event::Alloc`] before it on the same thread (extension kind 3):
+    /// malloc grew or trimmed its main heap.
+    ProgramBreak {
+        /// The break before.
+        from: u64,
+        /// The break after.
+        to: u64,
     },
 }
 
