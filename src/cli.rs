@@ -549,6 +549,12 @@ pub struct ViewArgs {
     /// Columns A..B to show first (compare mode: of the first trace).
     #[arg(long, value_name = "A..B", value_parser = parse_columns)]
     pub columns: Option<(u64, u64)>,
+    /// With --allocations: the addresses LO..HI (hexadecimal) to show
+    /// first, stretched over the picture's height (Ctrl+wheel zooms the
+    /// addresses, Shift+wheel or a vertical drag scrolls them, the context
+    /// strip at the right shows where the view is and moves it on click).
+    #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
+    pub addresses: Option<(u64, u64)>,
     /// Measure: script a session (decode, pan, zoom steps), write timings
     /// as JSON here and exit (`cargo bench --bench view` uses it).
     #[arg(long, value_name = "JSON", conflicts_with_all = ["screenshot", "compare"])]
@@ -651,6 +657,20 @@ impl DecodeArgs {
         paths.module_dirs.extend(self.module_dirs.iter().cloned());
         paths
     }
+}
+
+/// Parses `LO..HI` (hexadecimal) into an address range.
+pub fn parse_addresses(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text.split_once("..").ok_or_else(|| format!("--addresses {text:?}: expected LO..HI"))?;
+    let parse = |s: &str| {
+        u64::from_str_radix(s.trim().trim_start_matches("0x"), 16)
+            .map_err(|_| format!("--addresses {text:?}: {s:?} is not a hexadecimal address"))
+    };
+    let (a, b) = (parse(a)?, parse(b)?);
+    if a >= b {
+        return Err(format!("--addresses {text:?}: the range is empty"));
+    }
+    Ok((a, b))
 }
 
 /// Parses `A..B` into a column range.

@@ -110,6 +110,7 @@ fn render_allocations(
         cushion: args.cushion.into(),
         clock: if args.wall_clock { decoder::heap_raster::Clock::Wall } else { decoder::heap_raster::Clock::Events },
         range: None,
+        rows: None,
     };
     let name = |pc: u64| symbols.locate(pc).function.clone();
     let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);

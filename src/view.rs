@@ -22,6 +22,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.symbol_paths = args.decode.symbol_paths();
     options.size = args.size;
     options.columns = args.columns;
+    options.addresses = args.addresses;
     options.screenshot =
         args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
     options.bench = args.bench_json;

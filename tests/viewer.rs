@@ -280,6 +280,56 @@ fn compare_mode_links_views_through_matching_frames() {
     assert!(a0 > 1.5 * b1, "A's query lies far later in its trace: {a0} vs {b0}..{b1}");
 }
 
+/// Allocations mode zoomed into the first MiB of the brk heap
+/// (`--addresses`): the picture's top and bottom rows are those addresses
+/// (to a pixel's worth), the hovered block lies inside them, and the
+/// context strip frames the view's part of the address axis in white.
+#[test]
+fn allocations_mode_zooms_into_an_address_range() {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-mix-zoom");
+    let out = record_with(&["--allocations"], &bin, &["3000"], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let lo =
+        model.allocations.iter().filter(|r| decoder::heap::is_heap_block(r)).map(|r| r.address).min().expect("blocks");
+    let hi = lo + (1 << 20);
+    let range = format!("{lo:#x}..{hi:#x}");
+    let shot = shoot(&trace, &["--allocations", "--addresses", &range, "--hover", "1000,300"]);
+    let state = &shot.state;
+    let shown = state["addresses"].as_array().expect("addresses in view");
+    let (top, bottom) = (shown[0].as_u64().expect("top"), shown[1].as_u64().expect("bottom"));
+    let pixel = (hi - lo) / 700;
+    assert!(top.abs_diff(lo) <= 2 * pixel && bottom.abs_diff(hi) <= 2 * pixel, "{top:#x}..{bottom:#x} for {range}");
+    let tooltip: Vec<&str> = state["tooltip"].as_array().expect("tooltip").iter().filter_map(|l| l.as_str()).collect();
+    // The hovered row shows a block overlapping the range, or a free
+    // address inside it.
+    let hex = |h: &str| u64::from_str_radix(h.trim_start_matches("0x"), 16).expect("hex");
+    let (start, end) = match tooltip.get(1) {
+        Some(l) if l.starts_with("at ") => {
+            let (a, b) = l[3..].split_once("..").expect("a range");
+            (hex(a), hex(b.split_whitespace().next().unwrap_or(b)))
+        }
+        Some(l) if l.ends_with(": free") => {
+            let a = hex(l.trim_end_matches(": free"));
+            (a, a + 1)
+        }
+        _ => panic!("a block or a free address: {tooltip:?}"),
+    };
+    assert!(start < hi && end > lo, "{tooltip:?} outside {range}");
+    // The frame's top edge in the context strip: white.
+    let rows = state["rows"].as_array().expect("rows");
+    let (r0, r1) = (rows[0].as_f64().expect("r0"), rows[1].as_f64().expect("r1"));
+    assert!(r1 - r0 < 20_000.0, "zoomed in: {r0}..{r1} of 100000");
+    let c: Vec<f32> =
+        state["context"].as_array().expect("context").iter().filter_map(|v| v.as_f64()).map(|v| v as f32).collect();
+    let y = (c[1] + (r0 / 100_000.0) as f32 * (c[3] - c[1])).round() as u32;
+    let x = ((c[0] + c[2]) / 2.0) as u32;
+    let at = (y as usize * shot.width as usize + x as usize) * 3;
+    let px = [shot.rgb[at], shot.rgb[at + 1], shot.rgb[at + 2]];
+    assert!(close(px, [255, 255, 255], 40), "frame edge at ({x},{y}): {px:?}");
+}
+
 /// Allocations mode: the tooltip under a point names a block that the
 /// decoded model holds live at that event (or says the address is free,
 /// and no live block holds it), and the side panel shows the analysis.

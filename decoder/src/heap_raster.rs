@@ -157,6 +157,11 @@ pub struct HeapView {
     pub clock: Clock,
     /// The part of the axis shown, `[from, to)` in its units (`None`: all).
     pub range: Option<(f64, f64)>,
+    /// The part of the address axis shown, `[from, to)` as fractions of the
+    /// whole layout's height (`None`: all of it). The layout is made for
+    /// the whole axis at this height and the part is stretched to fill it,
+    /// so a fraction always means the same address at every zoom.
+    pub rows: Option<(f64, f64)>,
 }
 
 /// Where a region of the address space is in the picture.
@@ -178,6 +183,21 @@ impl HeapPicture {
         let b = self.bands.iter().find(|b| y >= b.top && y < b.bottom)?;
         let t = (y - b.top) / (b.bottom - b.top).max(1e-9);
         Some(b.start + (t * (b.end - b.start) as f64) as u64)
+    }
+}
+
+impl HeapPicture {
+    /// The lowest and highest address in view (the rows above the
+    /// occupancy bar and its gap), if any region is in view.
+    pub fn visible_addresses(&self) -> Option<(u64, u64)> {
+        let rows = f64::from(self.occupancy_top.saturating_sub(OCCUPANCY_GAP));
+        let seen: Vec<&RegionBand> = self.bands.iter().filter(|b| b.bottom > 0.0 && b.top < rows).collect();
+        let (first, last) = (seen.first()?, seen.last()?);
+        let at = |b: &RegionBand, y: f64| {
+            let t = ((y - b.top) / (b.bottom - b.top).max(1e-9)).clamp(0.0, 1.0);
+            b.start + (t * (b.end - b.start) as f64) as u64
+        };
+        Some((at(first, 0.0), at(last, rows)))
     }
 }
 
@@ -219,13 +239,25 @@ pub fn render_heap(
     let axis = TimeAxis::new(records, events, view.clock);
     let (from, to) = view.range.unwrap_or((0.0, axis.extent));
     let span = (to - from).max(1e-9);
-    let bands = layout(&heap, f64::from(main_h));
+    let (top, bottom) = view.rows.map_or((0.0, 1.0), |(a, b)| (a.clamp(0.0, 1.0), b.clamp(0.0, 1.0)));
+    let stretch = 1.0 / (bottom - top).max(1e-9);
+    let bands: Vec<RegionBand> = layout(&heap, f64::from(main_h))
+        .into_iter()
+        .map(|b| RegionBand {
+            top: (b.top - top * f64::from(main_h)) * stretch,
+            bottom: (b.bottom - top * f64::from(main_h)) * stretch,
+            ..b
+        })
+        .collect();
     let mut image = Image::new(w, h, BACKGROUND);
     let mut cells = vec![Coverage::default(); w as usize * main_h as usize];
     let x_of = |t: f64| ((t - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
     for r in &heap {
         let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
+        if band.bottom <= 0.0 || band.top >= f64::from(main_h) {
+            continue;
+        }
         let (x0, x1) = (x_of(axis.start(r)), x_of(axis.end(r)).max(x_of(axis.start(r)) + 1e-3));
         if x1 <= 0.0 || x0 >= f64::from(w) {
             continue;
@@ -233,6 +265,10 @@ pub fn render_heap(
         let x0 = x0.max(0.0);
         let (y0, y1) = (band.y(r.address), band.y(r.address.saturating_add(r.size.max(1))));
         let y1 = y1.max(y0 + 1e-3);
+        if y1 <= 0.0 || y0 >= f64::from(main_h) {
+            continue;
+        }
+        let y0 = y0.max(0.0);
         let base = match view.colour_by {
             HeapColourBy::Function => *names.entry(r.callsite).or_insert_with(|| frame_colour(&name(r.callsite))),
             HeapColourBy::Thread => frame_colour(&format!("thread {}", r.thread)),
@@ -264,7 +300,11 @@ pub fn render_heap(
     }
     for pair in bands.windows(2) {
         let (from, to) = (pair[0].bottom, pair[1].top);
-        let mid = ((from + to) / 2.0) as u32;
+        let mid = (from + to) / 2.0;
+        if mid < 0.0 || mid >= f64::from(main_h) {
+            continue;
+        }
+        let mid = mid as u32;
         for x in 0..w {
             if x % 6 < 3 {
                 image.set(x, mid, MARKER);
@@ -281,6 +321,20 @@ pub fn render_heap(
         }
     }
     HeapPicture { image, bands, occupancy_top, axis }
+}
+
+/// The part of the address axis (fractions of the layout's height, as
+/// [`HeapView::rows`] takes them) that shows addresses `[from, to)` in a
+/// picture `height` pixels high (occupancy bar included); `None` when no
+/// region holds any of them.
+pub fn address_rows(records: &[AllocationRecord], height: u32, from: u64, to: u64) -> Option<(f64, f64)> {
+    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
+    let main_h = f64::from(height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8) - OCCUPANCY_PX - OCCUPANCY_GAP);
+    let bands = layout(&heap, main_h);
+    let inside: Vec<&RegionBand> = bands.iter().filter(|b| b.start < to && from < b.end).collect();
+    let top = inside.first()?.y(from);
+    let bottom = inside.last()?.y(to);
+    Some((top / main_h, (bottom / main_h).max(top / main_h + 1e-6)))
 }
 
 /// Regions stacked top to bottom in `height` pixels.
@@ -355,6 +409,7 @@ mod tests {
             cushion: Cushion::None,
             clock: Clock::Events,
             range: None,
+            rows: None,
         }
     }
 
@@ -372,6 +427,27 @@ mod tests {
         assert_eq!(p.image.pixel(55, 10), crate::raster::to_rgba8(BACKGROUND), "freed at 50");
         assert_eq!(p.image.pixel(55, 80), crate::raster::to_rgba8(BACKGROUND), "the second starts at 60");
         assert_eq!(p.image.pixel(80, 80), large);
+    }
+
+    /// The lower half of the address axis stretched over the picture: the
+    /// second block (0x1800..0x2000) fills it, the first is out of view,
+    /// and rows map to the second block's addresses.
+    #[test]
+    fn a_part_of_the_address_axis_fills_the_height() {
+        let records = vec![block(0x1000, 0x800, 0, Some(50)), block(0x1800, 0x800, 0, None)];
+        let rows = address_rows(&records, 100 + OCCUPANCY_PX + OCCUPANCY_GAP, 0x1800, 0x2000).expect("in a region");
+        assert!((rows.0 - 0.5).abs() < 0.01 && (rows.1 - 1.0).abs() < 0.01, "{rows:?}");
+        let p = render_heap(&records, 100, &HeapView { rows: Some(rows), ..view(1.0) }, &|_| String::new());
+        let large = crate::raster::to_rgba8(CLASS_COLOURS[2]);
+        for y in [1, 50, 98] {
+            assert_eq!(p.image.pixel(80, y), large, "row {y}: the second block");
+        }
+        assert_eq!(p.image.pixel(10, 50), large, "the second block from event 0; the first is above the view");
+        let at = p.address_at(50.0).expect("an address");
+        assert!(at.abs_diff(0x1C00) < 0x20, "{at:#x}");
+        let (lo, hi) = p.visible_addresses().expect("in view");
+        assert!(lo.abs_diff(0x1800) < 0x20 && hi.abs_diff(0x2000) < 0x20, "{lo:#x}..{hi:#x}");
+        assert_eq!(address_rows(&records, 100, 0x9000, 0xA000), None, "no region there");
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! background at the window's size, with hover telling which block, from
 //! which function, how big and how long it lived.
 //!
-//! - The wheel zooms the allocation events at the pointer, drag pans, `0`
-//!   shows all; the address axis always shows every region (unmapped space
-//!   collapsed).
+//! - The wheel zooms the allocation events at the pointer, drag pans,
+//!   Ctrl+wheel zooms the addresses, Shift+wheel or a vertical drag scrolls
+//!   them, `0` shows all. The address axis stacks every region (unmapped
+//!   space collapsed); the context strip at the right is the whole of it
+//!   and of the run, with the part in view framed: a click or drag there
+//!   moves the view's addresses (a scroll bar over the address space).
 //! - The toolbar picks what colours say (function, thread, size class,
 //!   lifetime), the cushion profile and the anti-aliasing exponent.
 //! - The side panel is `report --allocations`: totals, peak, leaks, waste,
@@ -16,7 +19,7 @@ use std::sync::Arc;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
-use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, render_heap};
+use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, address_rows, render_heap};
 
 use crate::ViewerOptions;
 use crate::jobs::Job;
@@ -24,12 +27,21 @@ use crate::session::{Loaded, Session};
 use crate::ui::{Activity, UiReport};
 use crate::view::Viewport;
 
-/// What the picture depends on.
+/// Units of the address axis in the [`Viewport`]'s rows: a row range
+/// `[a, b)` shows fractions `a / ROWS .. b / ROWS` of the layout, and the
+/// view zooms down to [`crate::view::MIN_ROWS`] of them.
+const ROWS: f64 = 100_000.0;
+/// Width of the context strip, in points.
+const CONTEXT_WIDTH: f32 = 56.0;
+
+/// What the picture depends on (the context strip's: all of the run and
+/// of the address axis).
 #[derive(Clone, Debug, PartialEq)]
 struct PictureKey {
     generation: u32,
     size: (u32, u32),
-    range: (f64, f64),
+    range: Option<(f64, f64)>,
+    rows: Option<(f64, f64)>,
     clock: Clock,
     colour_by: HeapColourBy,
     cushion: Cushion,
@@ -52,8 +64,12 @@ pub struct HeapMode {
     cushion: Cushion,
     alpha: f64,
     picture: Job<PictureKey, Arc<HeapPicture>>,
+    context: Job<PictureKey, Arc<HeapPicture>>,
     analysis: Job<u32, Arc<HeapReport>>,
     texture: Option<(egui::TextureHandle, PictureKey)>,
+    context_texture: Option<(egui::TextureHandle, PictureKey)>,
+    /// Addresses to show once the picture's size is known (`--addresses`).
+    addresses: Option<(u64, u64)>,
     forced_hover: Option<(u64, Option<usize>)>,
     ignore_pointer: bool,
 }
@@ -77,8 +93,11 @@ impl Plugin for HeapPlugin {
             cushion: Cushion::Parabolic,
             alpha: 0.6,
             picture: Job::default(),
+            context: Job::default(),
             analysis: Job::default(),
             texture: None,
+            context_texture: None,
+            addresses: o.addresses,
             forced_hover: o.screenshot.as_ref().and_then(|s| s.hover),
             ignore_pointer: o.screenshot.is_some() || o.bench.is_some(),
         })
@@ -99,6 +118,7 @@ fn heap_ui(
     let HeapMode { session, view, .. } = m;
     session.poll(view);
     m.picture.poll();
+    m.context.poll();
     m.analysis.poll();
     *report = UiReport { loaded: m.session.loaded.is_some(), ..UiReport::default() };
     let loaded = m.session.loaded.clone();
@@ -106,7 +126,7 @@ fn heap_ui(
         // A new model or clock: the view is of another axis.
         if m.axis_of != Some((l.generation, m.clock)) {
             let axis = TimeAxis::new(&l.model.allocations, l.model.total.allocations, m.clock);
-            m.view = Viewport::whole(axis.extent, 1.0);
+            m.view = Viewport::whole(axis.extent, ROWS);
             m.axis = Some(axis);
             m.axis_of = Some((l.generation, m.clock));
         }
@@ -130,7 +150,7 @@ fn heap_ui(
     }
     let hover_ready = m.forced_hover.is_none() || !report.tooltip.is_empty();
     report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
-    activity.0 = m.session.loading.is_some() || m.picture.busy() || m.analysis.busy();
+    activity.0 = m.session.loading.is_some() || m.picture.busy() || m.context.busy() || m.analysis.busy();
     Ok(())
 }
 
@@ -194,7 +214,42 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     } else {
         ""
     };
-    format!("{file}  ·  {}  ·  {axis}{fallback}", l.model.metadata.argv.join(" "))
+    let addresses = match m.picture.latest().and_then(|(_, p)| p.visible_addresses()) {
+        Some((lo, hi)) if m.view.rows != (0.0, ROWS) => format!("  ·  addresses {lo:#x}..{hi:#x}"),
+        _ => String::new(),
+    };
+    format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}", l.model.metadata.argv.join(" "))
+}
+
+/// The context strip: the whole run and address axis, the view's part
+/// framed; a click or drag centres the view's addresses there.
+fn context_strip(
+    ui: &mut egui::Ui,
+    painter: &egui::Painter,
+    strip: egui::Rect,
+    m: &mut HeapMode,
+    report: &mut UiReport,
+) {
+    painter.rect_filled(strip, 0.0, egui::Color32::from_gray(12));
+    if let Some((tex, _)) = &m.context_texture {
+        let full = egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0));
+        painter.image(tex.id(), strip, full, egui::Color32::WHITE);
+    }
+    let y = |rows: f64| strip.top() + (rows / ROWS) as f32 * strip.height();
+    let x = |column: f64| strip.left() + (column / m.view.total_columns) as f32 * strip.width();
+    let frame = egui::Rect::from_min_max(
+        egui::pos2(x(m.view.columns.0), y(m.view.rows.0)),
+        egui::pos2(x(m.view.columns.1), y(m.view.rows.1).max(y(m.view.rows.0) + 2.0)),
+    );
+    painter.rect_filled(frame, 0.0, egui::Color32::from_white_alpha(36));
+    painter.rect_stroke(frame, 0.0, egui::Stroke::new(1.0, egui::Color32::WHITE), egui::StrokeKind::Inside);
+    report.context = crate::paint::rect4(strip, ui.ctx().pixels_per_point());
+    let response = ui.interact(strip, ui.id().with("heap-context"), egui::Sense::click_and_drag());
+    if let Some(p) = response.interact_pointer_pos().filter(|_| response.clicked() || response.dragged()) {
+        let centre = f64::from((p.y - strip.top()) / strip.height()) * ROWS;
+        let half = m.view.height() / 2.0;
+        m.view.scroll_rows((centre - half - m.view.rows.0) / m.view.height());
+    }
 }
 
 /// The `report --allocations` numbers; true once they are shown.
@@ -242,69 +297,96 @@ fn side_panel(ui: &mut egui::Ui, m: &HeapMode) -> bool {
 }
 
 fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: Option<&Loaded>, report: &mut UiReport) {
-    let rect = ui.available_rect_before_wrap();
-    let painter = ui.painter_at(rect);
-    painter.rect_filled(rect, 0.0, egui::Color32::from_rgb(18, 18, 23));
+    let whole = ui.available_rect_before_wrap();
+    let painter = ui.painter_at(whole);
+    painter.rect_filled(whole, 0.0, egui::Color32::from_rgb(18, 18, 23));
     let Some(l) = loaded else {
-        crate::paint::centred_message(&painter, rect, "decoding…", 15.0);
+        crate::paint::centred_message(&painter, whole, "decoding…", 15.0);
         ctx.request_repaint();
         return;
     };
     if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {
-        crate::paint::centred_message(&painter, rect, "this trace has no heap blocks", 15.0);
+        crate::paint::centred_message(&painter, whole, "this trace has no heap blocks", 15.0);
         return;
     }
+    let (rect, strip) = {
+        let split = whole.right() - CONTEXT_WIDTH;
+        (
+            egui::Rect::from_min_max(whole.min, egui::pos2(split - 4.0, whole.bottom())),
+            egui::Rect::from_min_max(egui::pos2(split, whole.top()), whole.max),
+        )
+    };
     let ppp = ctx.pixels_per_point();
-    let size = ((rect.width() * ppp).round().max(16.0) as u32, (rect.height() * ppp).round().max(64.0) as u32);
+    let pixels =
+        |r: egui::Rect| ((r.width() * ppp).round().max(16.0) as u32, (r.height() * ppp).round().max(64.0) as u32);
+    let size = pixels(rect);
+    if let Some((lo, hi)) = m.addresses.take() {
+        if let Some((a, b)) = address_rows(&l.model.allocations, size.1, lo, hi) {
+            m.view.rows = (a * ROWS, b * ROWS);
+        }
+    }
+    let clock = m.axis.map_or(Clock::Events, |a| a.clock);
     let key = PictureKey {
         generation: l.generation,
         size,
-        range: m.view.columns,
-        clock: m.axis.map_or(Clock::Events, |a| a.clock),
+        range: Some(m.view.columns),
+        rows: Some((m.view.rows.0 / ROWS, m.view.rows.1 / ROWS)),
+        clock,
         colour_by: m.colour_by,
         cushion: m.cushion,
         alpha: m.alpha,
     };
-    let (model, symbols, k) = (l.model.clone(), l.symbols.clone(), key.clone());
-    m.picture.want(key.clone(), move |_| {
-        let view = HeapView {
-            width: k.size.0,
-            height: k.size.1,
-            alpha: k.alpha,
-            colour_by: k.colour_by,
-            cushion: k.cushion,
-            clock: k.clock,
-            range: Some(k.range),
-        };
-        let name = |pc: u64| symbols.locate(pc).function.clone();
-        Some(Arc::new(render_heap(&model.allocations, model.total.allocations, &view, &name)))
-    });
-    if let Some((k, p)) = m.picture.latest() {
-        if m.texture.as_ref().is_none_or(|(_, have)| have != k) {
-            let image = egui::ColorImage::from_rgba_unmultiplied(
-                [p.image.width as usize, p.image.height as usize],
-                &p.image.rgba,
-            );
-            m.texture = Some((ctx.load_texture("heap", image, egui::TextureOptions::NEAREST), k.clone()));
+    // The context strip: the whole run and address axis, at the main
+    // picture's height so its rows line up with the layout's fractions.
+    let context_key = PictureKey { size: (pixels(strip).0, size.1), range: None, rows: None, ..key.clone() };
+    for (job, k) in [(&mut m.picture, key.clone()), (&mut m.context, context_key.clone())] {
+        let (model, symbols) = (l.model.clone(), l.symbols.clone());
+        job.want(k.clone(), move |_| {
+            let view = HeapView {
+                width: k.size.0,
+                height: k.size.1,
+                alpha: k.alpha,
+                colour_by: k.colour_by,
+                cushion: k.cushion,
+                clock: k.clock,
+                range: k.range,
+                rows: k.rows,
+            };
+            let name = |pc: u64| symbols.locate(pc).function.clone();
+            Some(Arc::new(render_heap(&model.allocations, model.total.allocations, &view, &name)))
+        });
+    }
+    for (job, texture, name) in
+        [(&m.picture, &mut m.texture, "heap"), (&m.context, &mut m.context_texture, "heap-context")]
+    {
+        if let Some((k, p)) = job.latest() {
+            if texture.as_ref().is_none_or(|(_, have)| have != k) {
+                let image = egui::ColorImage::from_rgba_unmultiplied(
+                    [p.image.width as usize, p.image.height as usize],
+                    &p.image.rgba,
+                );
+                *texture = Some((ctx.load_texture(name, image, egui::TextureOptions::NEAREST), k.clone()));
+            }
         }
     }
     if let Some((tex, k)) = &m.texture {
-        // An older picture stretched to where its part of the axis is now.
+        // An older picture stretched to where its part of the axes is now.
         let x = |e: f64| rect.left() + ((e - m.view.columns.0) / m.view.width()) as f32 * rect.width();
-        let placed = egui::Rect::from_x_y_ranges(x(k.range.0)..=x(k.range.1), rect.y_range());
-        painter.image(
-            tex.id(),
-            placed,
-            egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
-            egui::Color32::WHITE,
-        );
+        let y = |f: f64| rect.top() + ((f * ROWS - m.view.rows.0) / m.view.height()) as f32 * rect.height();
+        let (columns, rows) = (k.range.unwrap_or(m.view.columns), k.rows.unwrap_or((0.0, 1.0)));
+        let placed = egui::Rect::from_x_y_ranges(x(columns.0)..=x(columns.1), y(rows.0)..=y(rows.1));
+        let full = egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0));
+        painter.with_clip_rect(rect).image(tex.id(), placed, full, egui::Color32::WHITE);
         report.sharp = *k == key;
         report.picture = true;
     }
+    context_strip(ui, &painter, strip, m, report);
     report.bitmap = crate::paint::rect4(rect, ppp);
     report.columns = m.view.columns;
+    report.rows = m.view.rows;
 
-    // Navigation: the wheel zooms events at the pointer, drag pans.
+    // Navigation: the wheel zooms events at the pointer, drag pans,
+    // Ctrl+wheel zooms addresses, Shift+wheel scrolls them.
     let response = ui.interact(rect, ui.id().with("heap"), egui::Sense::click_and_drag());
     let pointer = ctx.pointer_hover_pos().filter(|_| !m.ignore_pointer);
     for command in crate::paint::navigate(ui, &response, egui::Rect::NOTHING, rect, pointer) {
@@ -312,6 +394,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     }
     if ctx.input(|i| i.key_pressed(egui::Key::Num0)) && !ctx.egui_wants_keyboard_input() {
         m.view.reset();
+    }
+    if let Some((_, picture)) = m.picture.latest().filter(|(k, _)| *k == key) {
+        report.addresses = picture.visible_addresses();
     }
 
     // Hover: the block under the pointer.

@@ -101,6 +101,8 @@ pub struct ViewerOptions {
     pub size: (u32, u32),
     /// Columns to show first (default: all).
     pub columns: Option<(u64, u64)>,
+    /// Allocations mode: addresses to show first (default: all).
+    pub addresses: Option<(u64, u64)>,
     /// Headless: draw once, save, exit.
     pub screenshot: Option<ScreenshotRequest>,
     /// Scripted measuring run: write its report here and exit.
@@ -120,6 +122,7 @@ impl ViewerOptions {
             symbol_paths: SymbolPaths::default(),
             size: (1600, 900),
             columns: None,
+            addresses: None,
             screenshot: None,
             bench: None,
             compare: None,

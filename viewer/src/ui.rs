@@ -160,6 +160,12 @@ pub struct UiReport {
     pub complete: bool,
     /// Compare mode: whether the statistics panel shows its tables.
     pub stats_shown: bool,
+    /// Allocations mode: the context strip's area (the whole address axis).
+    pub context: [f32; 4],
+    /// Allocations mode: the addresses at the top and bottom rows of the
+    /// picture on screen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<(u64, u64)>,
     /// Compare mode: what each pane showed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub panes: Vec<PaneReport>,
