@@ -86,6 +86,17 @@ fn fields(rec: &Record, sites: &[Site], strings: &[String]) -> (&'static str, Ve
         }
         Event::AllocStack { stack } => ("alloc-stack", vec![("stack", Unsigned(stack.into()))]),
         Event::ProgramBreak { from, to } => ("program-break", vec![("from", Hex(from)), ("to", Hex(to))]),
+        Event::CustomAllocation(c) => (
+            "custom-alloc",
+            vec![
+                ("allocator", Unsigned(c.allocator.into())),
+                ("op", Unsigned(c.op as u64)),
+                ("size", Unsigned(c.size)),
+                ("in", Hex(c.ptr_in)),
+                ("out", Hex(c.ptr_out)),
+                ("callsite", Hex(c.callsite)),
+            ],
+        ),
         Event::ThreadStart { parent } => ("thread-start", vec![("parent", Unsigned(parent.into()))]),
         Event::ThreadExit { status } => ("thread-exit", vec![("status", Signed(status.into()))]),
         Event::Signal { signo, pc, addr } => {

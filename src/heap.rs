@@ -112,6 +112,27 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     table(&mut out, "allocating function, most bytes", &h.top_by_bytes)?;
     table(&mut out, "live at the end, by allocating function", &h.leaks)?;
     bursts(&mut out, &h.bursts, limit)?;
+    for c in &h.custom {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "custom allocator {}: {} blocks ({} bytes), {} released; peak {} bytes in {} blocks at event {}; \
+             at end {} bytes in {} blocks",
+            c.allocator,
+            c.blocks,
+            c.bytes,
+            c.freed,
+            c.peak.bytes,
+            c.peak.blocks,
+            c.peak.event,
+            c.at_end.bytes,
+            c.at_end.blocks
+        )?;
+        let sizes: Vec<String> = c.sizes.iter().map(|(size, n)| format!("{size} B x{n}")).collect();
+        writeln!(out, "  sizes:   {}", sizes.join(", "))?;
+        let callers: Vec<String> = c.callers.iter().map(|f| format!("{} ({})", f.function, f.blocks)).collect();
+        writeln!(out, "  callers: {}", callers.join(", "))?;
+    }
     if !h.leak_stacks.is_empty() {
         writeln!(out)?;
         writeln!(out, "live at the end, by call stack (--alloc-stack)")?;

@@ -21,7 +21,14 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     let replace = if args.force { Replace::Anything } else { Replace::TracesOnly };
     let out = PendingOutput::new(&path, &[&program], replace)?;
     if args.allocations {
-        return record_allocations(program, command.collect(), usize::from(args.alloc_stack), out, args.quiet);
+        return record_allocations(
+            program,
+            command.collect(),
+            usize::from(args.alloc_stack),
+            args.alloc_fn.clone(),
+            out,
+            args.quiet,
+        );
     }
     let show_progress = !args.quiet;
     let tty = std::io::stderr().is_terminal();
@@ -126,6 +133,7 @@ fn record_allocations(
     program: PathBuf,
     args: Vec<std::ffi::OsString>,
     stack: usize,
+    alloc_fns: Vec<instrument::alloc_hooks::AllocFnSpec>,
     out: PendingOutput,
     quiet: bool,
 ) -> Result<ExitCode> {
@@ -134,6 +142,7 @@ fn record_allocations(
         args,
         output: out.partial().to_path_buf(),
         stack,
+        alloc_fns,
     });
     let summary = match result {
         Ok(s) => s,
@@ -153,6 +162,13 @@ fn record_allocations(
     }
     if summary.missing > 0 {
         eprintln!("linetrace: {} allocator calls were cut short by the program's end and are missing", summary.missing);
+    }
+    if !summary.unhooked.is_empty() {
+        eprintln!(
+            "linetrace: warning: the agent could not patch {} (its code in the running program differs from the \
+             file's, or there was no room for a trampoline within 2 GiB): their calls are not recorded",
+            summary.unhooked.join(", ")
+        );
     }
     let unwinding = summary.unwinding;
     if unwinding.mismatched > 0 || std::env::var_os(trace_rt::agent::UNWIND_CHECK_ENV).is_some() {

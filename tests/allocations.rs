@@ -222,6 +222,64 @@ fn bursts_name_the_functions_behind_them() {
     assert!((350_000_000..500_000_000).contains(&start(1)), "{}", start(1));
 }
 
+/// A custom allocator (`--alloc-fn`): examples/c/pool.c's pool, at -O0
+/// and -O2 (where its alloc starts with `cmp; ja`, moved as a widened
+/// branch, and its callers keep values in registers GCC knows the pool
+/// leaves alone): its blocks, sizes, releases (free and reset) and peak
+/// are the hand-counted ones, its callers are named, the program prints
+/// what it prints natively, and malloc's heap still equals DHAT's (the
+/// pool's blocks are not malloc's).
+#[test]
+fn custom_allocators_are_recorded_apart_from_malloc() {
+    let specs =
+        ["--alloc-fn", "pool_alloc:size=ARG2", "--alloc-fn", "pool_free:free=ARG2", "--alloc-fn", "pool_reset:reset"];
+    for opt in ["-O0", "-O2"] {
+        let bin = c_example("pool", &[opt]);
+        let trace = trace_path(&format!("pool{opt}"));
+        let flags: Vec<&str> = ["--allocations"].into_iter().chain(specs).collect();
+        let out = record_with(&flags, &bin, &[], &trace);
+        assert!(out.status.success(), "{opt}: {}", String::from_utf8_lossy(&out.stderr));
+        let native = Command::new(&bin).output().expect("runs");
+        assert_eq!(out.stdout, native.stdout, "{opt}: the program's output");
+        let h = heap_report(&trace);
+        let custom = h["custom"].as_array().expect("custom").clone();
+        assert_eq!(custom.len(), 1, "{opt}: {custom:?}");
+        let c = &custom[0];
+        assert_eq!(c["allocator"], "pool_alloc");
+        let n = |v: &serde_json::Value| v.as_u64().expect("a number");
+        assert_eq!((n(&c["blocks"]), n(&c["bytes"]), n(&c["freed"])), (3000, 84000, 3000), "{opt}");
+        assert_eq!((n(&c["peak"]["bytes"]), n(&c["peak"]["blocks"]), n(&c["at_end"]["blocks"])), (18510, 501, 0));
+        let sizes: Vec<(u64, u64)> =
+            c["sizes"].as_array().expect("sizes").iter().map(|s| (n(&s[0]), n(&s[1]))).collect();
+        assert_eq!(sizes, vec![(10, 1000), (24, 1000), (50, 1000)]);
+        if opt == "-O0" {
+            let callers: Vec<&str> =
+                c["callers"].as_array().expect("callers").iter().filter_map(|f| f["function"].as_str()).collect();
+            assert_eq!(callers, ["make_key", "make_node", "make_value"]);
+        }
+        assert_eq!(ours(&h), dhat(&bin, &[]), "{opt}: malloc's heap");
+    }
+}
+
+/// `--alloc-fn` names that cannot be hooked are refused before the
+/// program runs, with the reason.
+#[test]
+fn bad_custom_allocators_are_refused() {
+    let bin = c_example("pool", &["-O2"]);
+    let trace = trace_path("pool-bad");
+    for (spec, says) in [
+        ("no_such_function:size=ARG1", "no_such_function"),
+        ("pool_alloc:size=ARG9", "ARG1..ARG6"),
+        ("pool_alloc", "expected NAME:size=ARGn"),
+    ] {
+        let out = record_with(&["--allocations", "--alloc-fn", spec], &bin, &[], &trace);
+        assert_eq!(out.status.code(), Some(2), "{spec}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{spec}: {err}");
+        assert!(!trace.exists(), "no trace");
+    }
+}
+
 /// A static program cannot preload the agent: refused, nothing written.
 #[test]
 fn static_programs_are_refused() {

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    let sources = ["agent/alloc_agent.c", "agent/unwind.c"];
-    for file in sources.iter().chain(&["agent/unwind.h"]) {
+    let sources = ["agent/alloc_agent.c", "agent/unwind.c", "agent/hooks.c"];
+    for file in sources.iter().chain(&["agent/unwind.h", "agent/agent.h"]) {
         println!("cargo:rerun-if-changed={file}");
     }
     println!("cargo:rerun-if-env-changed=CC");

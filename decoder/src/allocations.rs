@@ -57,6 +57,10 @@ pub struct AllocationRecord {
     pub reads: u64,
     /// Writes that fell into it.
     pub writes: u64,
+    /// The custom allocator function that handed it out (its name in the
+    /// trace's string table), for blocks of `record --allocations
+    /// --alloc-fn`; `None` for malloc's blocks and mappings.
+    pub allocator: Option<u32>,
 }
 
 impl AllocationRecord {
@@ -81,6 +85,7 @@ impl AllocationRecord {
             alloc_ns: None,
             free_ns: None,
             stack: None,
+            allocator: None,
         }
     }
 

@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use trace_rt::format::{AllocKind, ChunkPosition, Event, TraceEnd, TraceReader};
+use trace_rt::format::{AllocKind, Allocation, ChunkPosition, Event, TraceEnd, TraceReader};
 
 use crate::DecodeError;
 use crate::allocations::{AllocationIndex, AllocationRecord, ProgramBreakMove};
@@ -121,6 +121,14 @@ pub(crate) fn decode(
         damage: reader.damage().to_vec(),
         exec: events.exec.and_then(|id| reader.strings().get(id as usize).cloned()),
         alloc_stacks: alloc_stacks(&events.allocations, reader.strings()),
+        allocator_names: events
+            .allocations
+            .iter()
+            .filter_map(|r| r.allocator)
+            .collect::<std::collections::BTreeSet<u32>>()
+            .into_iter()
+            .map(|id| (id, reader.strings().get(id as usize).cloned().unwrap_or_else(|| format!("allocator {id}"))))
+            .collect(),
         sites: reader.sites().to_vec(),
         modules: reader.modules().to_vec(),
         site_counts,
@@ -382,8 +390,13 @@ struct EventStage {
     last_created: Option<usize>,
     /// The record the last allocation event freed.
     last_freed: Option<usize>,
+    /// The records a custom allocator's reset (the last event) freed.
+    last_reset: Vec<usize>,
     /// Moves of the program break, in trace order.
     program_breaks: Vec<ProgramBreakMove>,
+    /// Live blocks of custom allocators by start address (apart from
+    /// malloc's: a pool's first block starts where its arena does).
+    custom_live: BTreeMap<u64, usize>,
     /// Live blocks by start address -> index in `allocations`.
     live: BTreeMap<u64, usize>,
     last_block: Option<usize>,
@@ -412,7 +425,9 @@ impl EventStage {
             alloc_events: 0,
             last_created: None,
             last_freed: None,
+            last_reset: Vec::new(),
             program_breaks: Vec::new(),
+            custom_live: BTreeMap::new(),
             live: BTreeMap::new(),
             last_block: None,
             snapshots: Vec::new(),
@@ -473,11 +488,20 @@ impl EventStage {
                     if let Some(r) = self.last_freed.and_then(|i| self.allocations.get_mut(i)) {
                         r.free_ns = Some(time_ns);
                     }
+                    for &i in &self.last_reset {
+                        if let Some(r) = self.allocations.get_mut(i) {
+                            r.free_ns = Some(time_ns);
+                        }
+                    }
                 }
                 Event::AllocStack { stack } => {
                     if let Some(r) = self.last_created.and_then(|i| self.allocations.get_mut(i)) {
                         r.stack = Some(stack);
                     }
+                }
+                Event::CustomAllocation(c) => {
+                    totals.allocations += 1;
+                    self.custom_allocation(thread, &c);
                 }
                 Event::ProgramBreak { from, to } => {
                     // During the allocation event just before it.
@@ -602,11 +626,85 @@ impl EventStage {
         })
     }
 
-    fn allocation(&mut self, thread: u32, a: &trace_rt::format::Allocation) {
+    /// The record of a block `a` returned at allocation event `event`.
+    fn new_record(&self, thread: u32, a: &Allocation, event: u64, allocator: Option<u32>) -> AllocationRecord {
+        AllocationRecord {
+            kind: a.kind,
+            address: a.ptr_out,
+            size: a.size,
+            align: a.align,
+            callsite: a.callsite,
+            alloc_column: self.column,
+            free_column: None,
+            alloc_event: event,
+            free_event: None,
+            usable: 0,
+            alloc_ns: None,
+            free_ns: None,
+            stack: None,
+            thread,
+            reads: 0,
+            writes: 0,
+            allocator,
+        }
+    }
+
+    /// A custom allocator function's call: the same clock as malloc's
+    /// calls, its own blocks (not sent to the working set, which attributes
+    /// reads to malloc's blocks).
+    fn custom_allocation(&mut self, thread: u32, c: &trace_rt::format::CustomAllocation) {
+        use trace_rt::format::CustomOp;
         let event = self.alloc_events;
         self.alloc_events += 1;
         self.last_created = None;
         self.last_freed = None;
+        self.last_reset.clear();
+        let column = self.column;
+        let end = |this: &mut Self, i: usize| {
+            this.allocations[i].free_column = Some(column);
+            this.allocations[i].free_event = Some(event);
+        };
+        match c.op {
+            CustomOp::Free => match self.custom_live.remove(&c.ptr_in) {
+                Some(i) => {
+                    end(self, i);
+                    self.last_freed = Some(i);
+                }
+                None => self.metrics.foreign_frees += 1,
+            },
+            CustomOp::Reset => {
+                for i in std::mem::take(&mut self.custom_live).into_values() {
+                    end(self, i);
+                    self.last_reset.push(i);
+                }
+            }
+            CustomOp::Alloc if c.ptr_out != 0 => {
+                let index = self.allocations.len();
+                let block = Allocation {
+                    kind: AllocKind::Malloc,
+                    size: c.size,
+                    align: 0,
+                    ptr_in: 0,
+                    ptr_out: c.ptr_out,
+                    callsite: c.callsite,
+                };
+                self.allocations.push(self.new_record(thread, &block, event, Some(c.allocator)));
+                self.last_created = Some(index);
+                if let Some(old) = self.custom_live.insert(c.ptr_out, index) {
+                    // Handed out again without a recorded free or reset.
+                    end(self, old);
+                }
+            }
+            CustomOp::Alloc => {}
+        }
+    }
+
+    fn allocation(&mut self, thread: u32, a: &Allocation) {
+        let event = self.alloc_events;
+        self.alloc_events += 1;
+        self.last_created = None;
+        self.last_freed = None;
+        self.last_reset.clear();
         let release = |this: &mut Self, ptr: u64| {
             if ptr == 0 {
                 return;
@@ -634,24 +732,7 @@ impl EventStage {
             return;
         }
         let index = self.allocations.len();
-        let record = AllocationRecord {
-            kind: a.kind,
-            address: a.ptr_out,
-            size: a.size,
-            align: a.align,
-            callsite: a.callsite,
-            alloc_column: self.column,
-            free_column: None,
-            alloc_event: event,
-            free_event: None,
-            usable: 0,
-            alloc_ns: None,
-            free_ns: None,
-            stack: None,
-            thread,
-            reads: 0,
-            writes: 0,
-        };
+        let record = self.new_record(thread, a, event, None);
         self.set.send(SetOp::Alloc { start: record.address, end: record.end() });
         self.last_created = Some(index);
         self.allocations.push(record);

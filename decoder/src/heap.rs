@@ -157,6 +157,88 @@ pub struct HeapReport {
     /// Periods of allocation much faster than the run's mean, and who
     /// allocated in them.
     pub bursts: crate::bursts::BurstReport,
+    /// The custom allocator functions' blocks (`--alloc-fn`), one row per
+    /// function that handed blocks out.
+    pub custom: Vec<CustomAllocatorRow>,
+}
+
+/// The blocks one custom allocator function handed out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CustomAllocatorRow {
+    /// The function.
+    pub allocator: String,
+    /// Blocks handed out.
+    pub blocks: u64,
+    /// Their requested bytes.
+    pub bytes: u64,
+    /// Blocks released (by a free or a reset).
+    pub freed: u64,
+    /// Most live bytes (the first event they were reached).
+    pub peak: Live,
+    /// Live at the end.
+    pub at_end: Live,
+    /// The most requested sizes: (bytes, blocks), most blocks first (at
+    /// most 8): the allocator's own size classes as the program uses them.
+    pub sizes: Vec<(u64, u64)>,
+    /// Who called it, most blocks first (at most 5).
+    pub callers: Vec<SiteRow>,
+}
+
+/// The custom allocators' rows.
+pub fn custom_allocators(model: &Model, symbols: &Symbolizer) -> Vec<CustomAllocatorRow> {
+    let mut by: BTreeMap<u32, Vec<&AllocationRecord>> = BTreeMap::new();
+    for r in &model.allocations {
+        if let Some(id) = r.allocator {
+            by.entry(id).or_default().push(r);
+        }
+    }
+    by.into_iter()
+        .map(|(id, blocks)| {
+            let mut changes: Vec<(u64, i64)> = Vec::new();
+            for b in &blocks {
+                changes.push((b.alloc_event, b.size as i64));
+                if let Some(f) = b.free_event {
+                    changes.push((f, -(b.size as i64)));
+                }
+            }
+            // Frees of an event before its allocations: a block handed out
+            // again at once is not counted twice.
+            changes.sort_by_key(|&(event, delta)| (event, delta > 0));
+            let (mut live, mut count, mut peak) = (0i64, 0i64, Live::default());
+            for (event, delta) in changes {
+                live += delta;
+                count += delta.signum();
+                if live as u64 > peak.bytes {
+                    peak = Live { event, bytes: live as u64, blocks: count as u64 };
+                }
+            }
+            let mut sizes: HashMap<u64, u64> = HashMap::new();
+            for b in &blocks {
+                *sizes.entry(b.size).or_default() += 1;
+            }
+            let mut sizes: Vec<(u64, u64)> = sizes.into_iter().collect();
+            sizes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            sizes.truncate(8);
+            let mut callers = sites(&blocks, symbols);
+            callers.sort_by(|a, b| b.blocks.cmp(&a.blocks).then(a.function.cmp(&b.function)));
+            callers.truncate(5);
+            let left: Vec<&&AllocationRecord> = blocks.iter().filter(|b| b.free_event.is_none()).collect();
+            CustomAllocatorRow {
+                allocator: model.allocator_names.get(&id).cloned().unwrap_or_else(|| format!("allocator {id}")),
+                blocks: blocks.len() as u64,
+                bytes: blocks.iter().map(|b| b.size).sum(),
+                freed: (blocks.len() - left.len()) as u64,
+                peak,
+                at_end: Live {
+                    event: model.total.allocations,
+                    bytes: left.iter().map(|b| b.size).sum(),
+                    blocks: left.len() as u64,
+                },
+                sizes,
+                callers,
+            }
+        })
+        .collect()
 }
 
 /// malloc's main heap as the program break shows it: how far it grew,
@@ -225,9 +307,10 @@ pub struct StackRow {
     pub bytes: u64,
 }
 
-/// Whether a record is a heap block (not a mapping).
+/// Whether a record is one of malloc's heap blocks (not a mapping, not a
+/// custom allocator's block).
 pub fn is_heap_block(r: &AllocationRecord) -> bool {
-    !matches!(r.kind, AllocKind::Mmap | AllocKind::Munmap)
+    !matches!(r.kind, AllocKind::Mmap | AllocKind::Munmap) && r.allocator.is_none()
 }
 
 /// glibc's size classes of requests (x86-64 defaults).
@@ -304,6 +387,7 @@ pub fn analyse(model: &Model, symbols: &Symbolizer) -> HeapReport {
     let mut report = analyse_records(&model.allocations, model.total.allocations, symbols);
     report.leak_stacks = leak_stacks(model, symbols);
     report.program_break = program_break(&model.program_breaks, &model.allocations);
+    report.custom = custom_allocators(model, symbols);
     report
 }
 

@@ -60,7 +60,8 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// 3: the cache simulation (per-site misses, per-column miss flags).
 /// 4: allocation event numbers, usable sizes, times and stacks on
 /// allocation records (the heap analysis).
-/// 5: moves of the program break.
+/// 5: moves of the program break; custom allocators' blocks
+/// ([`AllocationRecord::allocator`], [`Model::allocator_names`]).
 pub const MODEL_VERSION: u32 = 5;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
@@ -209,6 +210,9 @@ pub struct Model {
     /// Call stacks of allocations (callers above the calling instruction,
     /// innermost first), by the id [`AllocationRecord::stack`] holds.
     pub alloc_stacks: BTreeMap<u32, Vec<u64>>,
+    /// Names of the custom allocator functions, by the id
+    /// [`AllocationRecord::allocator`] holds.
+    pub allocator_names: BTreeMap<u32, String>,
     /// The static site table.
     pub sites: Vec<Site>,
     /// Mapped modules (for symbolization).

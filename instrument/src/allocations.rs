@@ -22,8 +22,13 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use trace_rt::agent::{ALLOC_AGENT, AgentKind, AgentLogStream, AgentRecord, LOG_ENV, MAPS_ENV, MAX_STACK, STACK_ENV};
-use trace_rt::format::{AllocKind, Allocation, Event, Metadata, TargetExit, TraceWriter, Trailer, TruncationReason};
+use trace_rt::agent::{
+    ALLOC_AGENT, AgentKind, AgentLogStream, AgentRecord, HOOKS_ENV, LOG_ENV, MAPS_ENV, MAX_STACK, STACK_ENV,
+};
+use trace_rt::format::{
+    AllocKind, Allocation, CustomAllocation, CustomOp, Event, Metadata, TargetExit, TraceWriter, Trailer,
+    TruncationReason,
+};
 
 use crate::InstrumentError;
 
@@ -35,9 +40,10 @@ pub struct AllocationOptions {
     pub args: Vec<OsString>,
     /// Trace file to write.
     pub output: PathBuf,
-    /// Callers to record above each call's calling instruction (0 to 32;
-    /// unwinding from .eh_frame costs about a microsecond per call).
+    /// Callers to record above each call's calling instruction (0 to 32).
     pub stack: usize,
+    /// Custom allocator functions of the program to record too.
+    pub alloc_fns: Vec<crate::alloc_hooks::AllocFnSpec>,
 }
 
 /// The outcome of an allocation recording.
@@ -63,6 +69,8 @@ pub struct AllocationSummary {
     pub run_time: Duration,
     /// How the recorded stacks were unwound.
     pub unwinding: trace_rt::agent::Unwinding,
+    /// `--alloc-fn` functions the agent could not patch (their names).
+    pub unhooked: Vec<String>,
 }
 
 /// A temporary file removed when dropped (the agent's log is sparse and
@@ -121,6 +129,7 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
     if is_static(&exe) {
         return Err(InstrumentError::StaticProgram(exe));
     }
+    let hooks = crate::alloc_hooks::plan_hooks(&options.alloc_fns, &exe)?;
     let agent = scratch("alloc-agent.so")?;
     std::fs::write(&agent.0, ALLOC_AGENT).map_err(|cause| InstrumentError::Create { path: agent.0.clone(), cause })?;
     let log = scratch("alloc-log")?;
@@ -153,11 +162,12 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
             .env(LOG_ENV, &log.0)
             .env(MAPS_ENV, &maps.0)
             .env(STACK_ENV, options.stack.min(MAX_STACK).to_string())
+            .env(HOOKS_ENV, crate::alloc_hooks::agent_env(&hooks))
             .spawn()
             .map_err(|cause| InstrumentError::Spawn { program: options.program.display().to_string(), cause })?
     };
     crate::interrupt::set_target(child.id() as i32);
-    let converted = convert_while_running(&mut child, &mut stream, file, &options, &exe);
+    let converted = convert_while_running(&mut child, &mut stream, file, &options, &exe, &hooks);
     crate::interrupt::set_target(0);
     let (status, run_time, mut writer, threads, breaks) = match converted {
         Ok(c) => c,
@@ -194,6 +204,12 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
         dropped: stream.dropped(),
         missing: stream.missing(),
         unwinding: stream.unwinding(),
+        unhooked: hooks
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| stream.hooks_installed() & (1 << i) == 0)
+            .map(|(_, h)| h.found.clone())
+            .collect(),
         trace_bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
         run_time,
     })
@@ -214,6 +230,7 @@ fn convert_while_running(
     file: File,
     options: &AllocationOptions,
     exe: &Path,
+    hooks: &[crate::alloc_hooks::Hook],
 ) -> Result<(std::process::ExitStatus, Duration, Writer, usize, u64), InstrumentError> {
     let started = Instant::now();
     let mut metadata = Metadata::new("preload-allocations");
@@ -228,7 +245,10 @@ fn convert_while_running(
     let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
     // Compression is most of the conversion's time: the fast level.
     writer.set_compression_level(1);
-    let mut converter = RecordConverter::default();
+    let mut converter = RecordConverter {
+        hooks: hooks.iter().map(|h| (writer.add_string(&h.found), h.spec.role)).collect(),
+        ..RecordConverter::default()
+    };
     let mut failure = None;
     let mut deliver = |r: &AgentRecord| {
         if failure.is_none() {
@@ -266,9 +286,29 @@ struct RecordConverter {
     stacks: std::collections::HashMap<Vec<u64>, u32>,
     /// Moves of the program break.
     breaks: u64,
+    /// The custom allocator functions, by their index in the agent's
+    /// records: name (string id) and role.
+    hooks: Vec<(u32, crate::alloc_hooks::AllocFnRole)>,
 }
 
 impl RecordConverter {
+    /// The string of the record's stack (one per distinct stack), if it
+    /// has one.
+    fn stack_id(&mut self, r: &AgentRecord, writer: &mut Writer) -> Option<u32> {
+        if r.stack.is_empty() {
+            return None;
+        }
+        Some(match self.stacks.get(&r.stack) {
+            Some(&id) => id,
+            None => {
+                let text: Vec<String> = r.stack.iter().map(|a| format!("{a:x}")).collect();
+                let id = writer.add_string(&text.join(","));
+                self.stacks.insert(r.stack.clone(), id);
+                id
+            }
+        })
+    }
+
     fn convert(&mut self, r: &AgentRecord, writer: &mut Writer) -> Result<(), trace_rt::format::FormatError> {
         if !self.threads.contains(&r.tid) {
             self.threads.push(r.tid);
@@ -277,22 +317,40 @@ impl RecordConverter {
             self.breaks += 1;
             return writer.push(r.tid, &Event::ProgramBreak { from: r.ptr_in, to: r.ptr_out });
         }
+        let op = match r.kind {
+            AgentKind::CustomAlloc => Some(CustomOp::Alloc),
+            AgentKind::CustomFree => Some(CustomOp::Free),
+            AgentKind::CustomReset => Some(CustomOp::Reset),
+            _ => None,
+        };
+        if let Some(op) = op {
+            // `align` is the hook's index; one the agent made up is dropped.
+            let Some(&(allocator, _)) = self.hooks.get(r.align as usize) else { return Ok(()) };
+            let call = CustomAllocation {
+                allocator,
+                op,
+                size: r.size,
+                ptr_in: r.ptr_in,
+                ptr_out: r.ptr_out,
+                callsite: r.callsite,
+            };
+            let detail = Event::AllocDetail { usable: 0, time_ns: r.time_ns };
+            let stack = self.stack_id(r, writer);
+            return match stack {
+                Some(stack) if op == CustomOp::Alloc && r.ptr_out != 0 => {
+                    writer.push_all(r.tid, &[Event::CustomAllocation(call), detail, Event::AllocStack { stack }])
+                }
+                _ => writer.push_all(r.tid, &[Event::CustomAllocation(call), detail]),
+            };
+        }
         for event in events_of(r) {
             let has_result = event.ptr_out != 0;
             let detail = Event::AllocDetail { usable: r.usable, time_ns: r.time_ns };
-            if has_result && !r.stack.is_empty() {
-                let stack = match self.stacks.get(&r.stack) {
-                    Some(&id) => id,
-                    None => {
-                        let text: Vec<String> = r.stack.iter().map(|a| format!("{a:x}")).collect();
-                        let id = writer.add_string(&text.join(","));
-                        self.stacks.insert(r.stack.clone(), id);
-                        id
-                    }
-                };
-                writer.push_all(r.tid, &[Event::Alloc(event), detail, Event::AllocStack { stack }])?;
-            } else {
-                writer.push_all(r.tid, &[Event::Alloc(event), detail])?;
+            match self.stack_id(r, writer) {
+                Some(stack) if has_result => {
+                    writer.push_all(r.tid, &[Event::Alloc(event), detail, Event::AllocStack { stack }])?
+                }
+                _ => writer.push_all(r.tid, &[Event::Alloc(event), detail])?,
             }
         }
         Ok(())
@@ -308,7 +366,7 @@ fn events_of(r: &AgentRecord) -> impl Iterator<Item = Allocation> {
         AgentKind::Format(kind) => [Some(alloc(kind, r.size, r.align, r.ptr_in, r.ptr_out)), None],
         AgentKind::New => [Some(alloc(AllocKind::Malloc, r.size, 0, 0, r.ptr_out)), None],
         AgentKind::Delete => [Some(alloc(AllocKind::Free, 0, 0, r.ptr_in, 0)), None],
-        AgentKind::Brk => [None, None],
+        AgentKind::Brk | AgentKind::CustomAlloc | AgentKind::CustomFree | AgentKind::CustomReset => [None, None],
         // `align` holds the old length.
         AgentKind::Mremap => [
             Some(alloc(AllocKind::Munmap, r.align, 0, r.ptr_in, 0)),

@@ -75,6 +75,14 @@ pub enum InstrumentError {
     /// The translated code's records made no sense (a rewriter bug).
     #[error(transparent)]
     Records(#[from] crate::rewrite::records::RecordError),
+    /// A custom allocator function (`--alloc-fn`) cannot be hooked.
+    #[error("--alloc-fn {name}: {reason}")]
+    AllocFn {
+        /// The function as given.
+        name: String,
+        /// Why not.
+        reason: String,
+    },
     /// The agent's log could not be read.
     #[error(transparent)]
     AgentLog(#[from] trace_rt::agent::AgentLogError),

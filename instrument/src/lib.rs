@@ -45,6 +45,7 @@
 //! # Ok::<(), instrument::InstrumentError>(())
 //! ```
 
+pub mod alloc_hooks;
 pub mod allocations;
 mod decode;
 pub mod entry;

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "unwind.h"
 
 extern void *__libc_malloc(size_t);
@@ -45,7 +46,9 @@ extern size_t malloc_usable_size(void *);
 enum {
     K_MALLOC = 0, K_CALLOC = 1, K_REALLOC = 2, K_FREE = 3, K_POSIX_MEMALIGN = 4,
     K_ALIGNED_ALLOC = 5, K_MEMALIGN = 6, K_MMAP = 7, K_MUNMAP = 8,
-    K_NEW = 16, K_DELETE = 17, K_MREMAP = 18, K_BRK = 19
+    K_NEW = 16, K_DELETE = 17, K_MREMAP = 18, K_BRK = 19,
+    /* hooks.c's custom allocator functions: `align` holds the hook's index */
+    K_CUSTOM_ALLOC = 20, K_CUSTOM_FREE = 21, K_CUSTOM_RESET = 22
 };
 
 #define MARKER 0x4c54414c4c4f4321ull /* "!COLLATL" */
@@ -79,6 +82,8 @@ struct header {
     _Atomic uint64_t unwound_fast;
     _Atomic uint64_t unwound_slow;
     _Atomic uint64_t unwind_mismatch;
+    /* Custom allocator functions patched: bit n for the n-th. */
+    _Atomic uint64_t hooks_installed;
 };
 
 /* Callers recorded above the calling instruction (LINETRACE_ALLOC_STACK,
@@ -218,8 +223,11 @@ static void fill(struct record *r, uint32_t kind, uint64_t time_ns, uint64_t ptr
     r->marker = MARKER;
 }
 
-static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size, uint64_t align, void *ret,
-                 void **frame) {
+/* Records one call: `stack` holds its callers already unwound (a custom
+ * allocator's, unwound at its entry), or is NULL to unwind them from the
+ * wrapper's `frame`. */
+void agent_record(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size, uint64_t align, void *ret,
+                  void **frame, const uint64_t *stack) {
     if (busy) return;
     if (atomic_load_explicit(&state, memory_order_acquire) != 2) {
         start();
@@ -241,8 +249,14 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if (bytes > sizeof(struct record)) record_stack((uint64_t *)(r + 1), ret, frame);
-    uint64_t usable = (ptr_out && kind != K_MMAP && kind != K_MREMAP) ? malloc_usable_size((void *)ptr_out) : 0;
+    if (bytes > sizeof(struct record)) {
+        if (stack) memcpy(r + 1, stack, bytes - sizeof(struct record));
+        else record_stack((uint64_t *)(r + 1), ret, frame);
+    }
+    /* The allocator's usable size: of malloc's blocks only (a custom
+     * allocator's pointer is not malloc's to ask about). */
+    int from_malloc = kind <= K_MEMALIGN || kind == K_NEW;
+    uint64_t usable = (ptr_out && from_malloc) ? malloc_usable_size((void *)ptr_out) : 0;
     fill(r, kind, now, ptr_in, ptr_out, size, align, ret, usable);
     /* Did the call move the program break (malloc growing or trimming its
      * main heap with brk)? glibc's sbrk(0) reads a variable, no system
@@ -300,10 +314,28 @@ __attribute__((constructor)) static void agent_init(void) {
         busy = 0;
     }
     pthread_atfork(NULL, NULL, after_fork_child);
+    if (atomic_load(&state) == 2) {
+        busy = 1; /* the trampolines' mappings are the agent's, not the program's */
+        atomic_store(&hdr->hooks_installed, hooks_init());
+        busy = 0;
+    }
 }
 
 __attribute__((destructor)) static void agent_exit(void) {
     if (atomic_load(&state) == 2) copy_maps();
+}
+
+static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size, uint64_t align, void *ret,
+                 void **frame) {
+    agent_record(kind, ptr_in, ptr_out, size, align, ret, frame, NULL);
+}
+
+int agent_busy(void) {
+    return busy;
+}
+
+int agent_stack_depth(void) {
+    return stack_depth;
 }
 
 #define RET __builtin_return_address(0)

@@ -21,6 +21,9 @@ pub const LOG_ENV: &str = "LINETRACE_ALLOC_OUT";
 pub const STACK_ENV: &str = "LINETRACE_ALLOC_STACK";
 /// Most callers the agent records.
 pub const MAX_STACK: usize = 32;
+/// Environment variable describing the custom allocator functions the
+/// agent patches (`instrument::alloc_hooks::agent_env` writes it).
+pub const HOOKS_ENV: &str = "LINETRACE_ALLOC_HOOKS";
 /// Environment variable naming the file the agent copies
 /// `/proc/self/maps` to, at start and at exit.
 pub const MAPS_ENV: &str = "LINETRACE_ALLOC_MAPS";
@@ -68,6 +71,13 @@ pub enum AgentKind {
     /// The program break moved during the call recorded just before on
     /// the same thread: `ptr_in` the break before, `ptr_out` after.
     Brk,
+    /// A custom allocator function returned a block (`ptr_out`, `size`);
+    /// `align` holds the function's place in [`HOOKS_ENV`].
+    CustomAlloc,
+    /// A custom allocator function released `ptr_in`.
+    CustomFree,
+    /// A custom allocator function released everything.
+    CustomReset,
 }
 
 impl AgentKind {
@@ -77,6 +87,9 @@ impl AgentKind {
             17 => Some(AgentKind::Delete),
             18 => Some(AgentKind::Mremap),
             19 => Some(AgentKind::Brk),
+            20 => Some(AgentKind::CustomAlloc),
+            21 => Some(AgentKind::CustomFree),
+            22 => Some(AgentKind::CustomReset),
             v => crate::format::AllocKind::from_u8(u8::try_from(v).ok()?).map(AgentKind::Format),
         }
     }
@@ -330,6 +343,13 @@ impl AgentLogStream {
             return Unwinding::default();
         }
         Unwinding { fast: self.word(40), slow: self.word(48), mismatched: self.word(56) }
+    }
+
+    /// Which custom allocator functions the agent patched: bit n for the
+    /// n-th of [`HOOKS_ENV`] (one missing: its code was not what linetrace
+    /// read, or there was no room for a trampoline near it).
+    pub fn hooks_installed(&self) -> u64 {
+        if self.record_bytes == 0 { 0 } else { self.word(64) }
     }
 
     /// Calls numbered but never complete (cut by the program's end in the

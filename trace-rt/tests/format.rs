@@ -42,6 +42,16 @@ fn event_strategy(sites: u32) -> impl Strategy<Value = Event> {
         1 => (any::<u64>(), any::<u64>()).prop_map(|(usable, time_ns)| Event::AllocDetail { usable, time_ns }),
         1 => Just(Event::AllocStack { stack: 0 }),
         1 => (any::<u64>(), any::<u64>()).prop_map(|(from, to)| Event::ProgramBreak { from, to }),
+        1 => (0u8..3, any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(op, size, ptr_in, ptr_out, callsite)| {
+            Event::CustomAllocation(trace_rt::format::CustomAllocation {
+                allocator: 0,
+                op: trace_rt::format::CustomOp::from_u8(op).expect("an op"),
+                size,
+                ptr_in,
+                ptr_out,
+                callsite,
+            })
+        }),
     ]
 }
 

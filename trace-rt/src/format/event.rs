@@ -1,7 +1,7 @@
 //! Binary encoding of [`Event`]s inside one events chunk, and of the site table.
 
 use super::varint::{Cursor, put_i64, put_u64};
-use super::{AccessKind, AllocKind, Allocation, Event, Site, SiteId, TruncationReason};
+use super::{AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Event, Site, SiteId, TruncationReason};
 
 const TAG_ACCESS: u8 = 1;
 const TAG_ACCESS_SIZED: u8 = 2;
@@ -26,6 +26,8 @@ const EXT_ALLOC_DETAIL: u64 = 1;
 const EXT_ALLOC_STACK: u64 = 2;
 /// Extension kind of [`Event::ProgramBreak`].
 const EXT_PROGRAM_BREAK: u64 = 3;
+/// Extension kind of [`Event::CustomAllocation`].
+const EXT_CUSTOM_ALLOCATION: u64 = 4;
 
 /// An extension event: `tag kind len body`.
 fn put_extension(b: &mut Vec<u8>, kind: u64, body: &[u8]) {
@@ -256,6 +258,15 @@ impl ChunkEncoder {
                 put_u64(&mut body, to);
                 put_extension(b, EXT_PROGRAM_BREAK, &body);
             }
+            Event::CustomAllocation(c) => {
+                let mut body = Vec::new();
+                put_u64(&mut body, c.allocator.into());
+                body.push(c.op as u8);
+                for v in [c.size, c.ptr_in, c.ptr_out, c.callsite] {
+                    put_u64(&mut body, v);
+                }
+                put_extension(b, EXT_CUSTOM_ALLOCATION, &body);
+            }
         }
     }
 }
@@ -362,6 +373,16 @@ impl ChunkDecoder {
                 } else if kind == EXT_PROGRAM_BREAK {
                     let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
                     Event::ProgramBreak { from: body.u64().ok_or(CUT)?, to: body.u64().ok_or(CUT)? }
+                } else if kind == EXT_CUSTOM_ALLOCATION {
+                    let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
+                    Event::CustomAllocation(CustomAllocation {
+                        allocator: body.u32().ok_or(CUT)?,
+                        op: CustomOp::from_u8(body.u8().ok_or(CUT)?).ok_or("unknown custom allocator op")?,
+                        size: body.u64().ok_or(CUT)?,
+                        ptr_in: body.u64().ok_or(CUT)?,
+                        ptr_out: body.u64().ok_or(CUT)?,
+                        callsite: body.u64().ok_or(CUT)?,
+                    })
                 } else {
                     // A kind added after this reader: skipped.
                     c.skip(len).ok_or(CUT)?;

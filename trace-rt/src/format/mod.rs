@@ -56,7 +56,9 @@
 //! new kinds of events need no new version. Kind 1 is
 //! [`Event::AllocDetail`] (`usable:varint time_ns:varint`), kind 2
 //! [`Event::AllocStack`] (`stack:varint`), kind 3 [`Event::ProgramBreak`]
-//! (`from:varint to:varint`).
+//! (`from:varint to:varint`), kind 4 [`Event::CustomAllocation`]
+//! (`allocator:varint op:u8 size:varint ptr_in:varint ptr_out:varint
+//! callsite:varint`).
 //!
 //! # Robustness
 //!
@@ -368,6 +370,43 @@ pub struct Allocation {
     pub callsite: u64,
 }
 
+/// What a custom allocator function did ([`Event::CustomAllocation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum CustomOp {
+    /// Returned a new block (`ptr_out`, `size` bytes).
+    Alloc = 0,
+    /// Released the block at `ptr_in`.
+    Free = 1,
+    /// Released every block the custom allocators handed out.
+    Reset = 2,
+}
+
+impl CustomOp {
+    /// The op of a tag, if it is one.
+    pub fn from_u8(v: u8) -> Option<CustomOp> {
+        [CustomOp::Alloc, CustomOp::Free, CustomOp::Reset].into_iter().find(|o| *o as u8 == v)
+    }
+}
+
+/// A call of a custom allocator function (`record --allocations
+/// --alloc-fn`), run natively, with what it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CustomAllocation {
+    /// The function's name, in the string table.
+    pub allocator: StringId,
+    /// What it did.
+    pub op: CustomOp,
+    /// Requested bytes (alloc).
+    pub size: u64,
+    /// The block released (free).
+    pub ptr_in: u64,
+    /// The block returned (alloc; 0 on failure).
+    pub ptr_out: u64,
+    /// The call instruction that reached it.
+    pub callsite: u64,
+}
+
 /// Why a recording stopped before the target finished on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[repr(u8)]
@@ -518,6 +557,11 @@ pub enum Event {
         /// The break after.
         to: u64,
     },
+    /// A custom allocator function's call (extension kind 4; its
+    /// [`Event::AllocDetail`] and [`Event::AllocStack`] follow as an
+    /// [`Event::Alloc`]'s do). Its blocks are its own: they may lie inside
+    /// a malloc block (a pool's arena), and are not malloc's.
+    CustomAllocation(CustomAllocation),
 }
 
 /// How the traced program ended.
