@@ -258,6 +258,7 @@ fn custom_allocators_are_recorded_apart_from_malloc() {
             assert_eq!(callers, ["make_key", "make_node", "make_value"]);
         }
         assert_eq!(ours(&h), dhat(&bin, &[]), "{opt}: malloc's heap");
+        assert_eq!(h["mappings"].as_u64(), Some(0), "{opt}: the pool's blocks are not mappings");
     }
 }
 

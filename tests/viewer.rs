@@ -330,6 +330,36 @@ fn allocations_mode_zooms_into_an_address_range() {
     assert!(close(px, [255, 255, 255], 40), "frame edge at ({x},{y}): {px:?}");
 }
 
+/// Allocations mode with a custom allocator (examples/c/pool.c, its first
+/// 28 KiB of arena in view): the pool's blocks are drawn over the arena,
+/// and hovering one names the pool's function, not the arena's malloc.
+#[test]
+fn allocations_mode_shows_a_pools_blocks_inside_its_arena() {
+    let bin = c_example("pool", &["-O0"]);
+    let trace = trace_path("pool-view");
+    let flags = [
+        "--allocations",
+        "--alloc-fn",
+        "pool_alloc:size=ARG2",
+        "--alloc-fn",
+        "pool_free:free=ARG2",
+        "--alloc-fn",
+        "pool_reset:reset",
+    ];
+    let out = record_with(&flags, &bin, &[], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let arena = model.allocations.iter().find(|r| r.size == 1 << 20).expect("the arena");
+    let range = format!("{:#x}..{:#x}", arena.address, arena.address + 0x7000);
+    // Event 500: in the second quarter's pool, 250 rounds fill its first
+    // 28 KiB; row 200 of the view is inside that.
+    let shot = shoot(&trace, &["--allocations", "--addresses", &range, "--hover", "500,200"]);
+    let tooltip: Vec<&str> =
+        shot.state["tooltip"].as_array().expect("tooltip").iter().filter_map(|l| l.as_str()).collect();
+    assert!(tooltip.first().is_some_and(|l| l.starts_with("pool_alloc of ")), "{tooltip:?}");
+    assert!(tooltip.get(2).is_some_and(|l| l.contains("make_")), "{tooltip:?}");
+}
+
 /// Allocations mode: the tooltip under a point names a block that the
 /// decoded model holds live at that event (or says the address is free,
 /// and no live block holds it), and the side panel shows the analysis.

@@ -313,6 +313,11 @@ pub fn is_heap_block(r: &AllocationRecord) -> bool {
     !matches!(r.kind, AllocKind::Mmap | AllocKind::Munmap) && r.allocator.is_none()
 }
 
+/// Whether a record is one of the program's own mappings (mmap).
+pub fn is_mapping(r: &AllocationRecord) -> bool {
+    matches!(r.kind, AllocKind::Mmap | AllocKind::Munmap) && r.allocator.is_none()
+}
+
 /// glibc's size classes of requests (x86-64 defaults).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum SizeClass {
@@ -429,8 +434,8 @@ pub fn analyse_records(records: &[AllocationRecord], events: u64, symbols: &Symb
         blocks: heap.len() as u64,
         bytes: heap.iter().map(|r| r.size).sum(),
         frees: heap.iter().filter(|r| r.free_event.is_some()).count() as u64,
-        mappings: (records.len() - heap.len()) as u64,
-        mapped_bytes: records.iter().filter(|r| !is_heap_block(r)).map(|r| r.size).sum(),
+        mappings: records.iter().filter(|r| is_mapping(r)).count() as u64,
+        mapped_bytes: records.iter().filter(|r| is_mapping(r)).map(|r| r.size).sum(),
         ..HeapReport::default()
     };
     for r in &heap {

@@ -103,7 +103,7 @@ pub struct TimeAxis {
 impl TimeAxis {
     /// The axis of `clock` for a run of `events` events.
     pub fn new(records: &[AllocationRecord], events: u64, clock: Clock) -> TimeAxis {
-        let heap = records.iter().filter(|r| is_heap_block(r));
+        let heap = records.iter().filter(|r| is_drawn(r));
         let timed = clock == Clock::Wall && heap.clone().all(|r| r.alloc_ns.is_some());
         let times = || heap.clone().flat_map(|r| [r.alloc_ns, r.free_ns]).flatten();
         match (timed, times().min(), times().max()) {
@@ -131,13 +131,20 @@ impl TimeAxis {
         end.unwrap_or(f64::INFINITY)
     }
 
-    /// The heap block holding `address` at axis position `x`.
+    /// The block holding `address` at axis position `x`: a custom
+    /// allocator's block before the malloc block it was carved from.
     pub fn block_at<'r>(&self, records: &'r [AllocationRecord], address: u64, x: f64) -> Option<&'r AllocationRecord> {
         records
             .iter()
-            .filter(|r| is_heap_block(r) && r.contains(address) && self.start(r) <= x && x < self.end(r))
-            .max_by_key(|r| r.alloc_event)
+            .filter(|r| is_drawn(r) && r.contains(address) && self.start(r) <= x && x < self.end(r))
+            .max_by_key(|r| (r.allocator.is_some(), r.alloc_event))
     }
+}
+
+/// Whether the picture draws a record: malloc's blocks, and on top of them
+/// the custom allocators' (a pool's blocks inside its arena).
+pub fn is_drawn(r: &AllocationRecord) -> bool {
+    is_heap_block(r) || r.allocator.is_some()
 }
 
 /// The picture wanted.
@@ -236,12 +243,13 @@ pub fn render_heap(
     let (w, h) = (view.width.max(1), view.height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8));
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
     let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
+    let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r)).collect();
     let axis = TimeAxis::new(records, events, view.clock);
     let (from, to) = view.range.unwrap_or((0.0, axis.extent));
     let span = (to - from).max(1e-9);
     let (top, bottom) = view.rows.map_or((0.0, 1.0), |(a, b)| (a.clamp(0.0, 1.0), b.clamp(0.0, 1.0)));
     let stretch = 1.0 / (bottom - top).max(1e-9);
-    let bands: Vec<RegionBand> = layout(&heap, f64::from(main_h))
+    let bands: Vec<RegionBand> = layout(&drawn, f64::from(main_h))
         .into_iter()
         .map(|b| RegionBand {
             top: (b.top - top * f64::from(main_h)) * stretch,
@@ -250,10 +258,13 @@ pub fn render_heap(
         })
         .collect();
     let mut image = Image::new(w, h, BACKGROUND);
+    // Malloc's blocks, and the custom allocators' drawn over them.
     let mut cells = vec![Coverage::default(); w as usize * main_h as usize];
+    let mut inner = vec![Coverage::default(); w as usize * main_h as usize];
     let x_of = |t: f64| ((t - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
-    for r in &heap {
+    for r in &drawn {
+        let cells = if r.allocator.is_some() { &mut inner } else { &mut cells };
         let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
         if band.bottom <= 0.0 || band.top >= f64::from(main_h) {
             continue;
@@ -294,8 +305,9 @@ pub fn render_heap(
     }
     for y in 0..main_h {
         for x in 0..w {
-            let c = &cells[y as usize * w as usize + x as usize];
-            image.set(x, y, c.resolve(BACKGROUND, view.alpha));
+            let i = y as usize * w as usize + x as usize;
+            let under = cells[i].resolve(BACKGROUND, view.alpha);
+            image.set(x, y, inner[i].resolve(under, view.alpha));
         }
     }
     for pair in bands.windows(2) {
@@ -328,9 +340,9 @@ pub fn render_heap(
 /// picture `height` pixels high (occupancy bar included); `None` when no
 /// region holds any of them.
 pub fn address_rows(records: &[AllocationRecord], height: u32, from: u64, to: u64) -> Option<(f64, f64)> {
-    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
+    let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r)).collect();
     let main_h = f64::from(height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8) - OCCUPANCY_PX - OCCUPANCY_GAP);
-    let bands = layout(&heap, main_h);
+    let bands = layout(&drawn, main_h);
     let inside: Vec<&RegionBand> = bands.iter().filter(|b| b.start < to && from < b.end).collect();
     let top = inside.first()?.y(from);
     let bottom = inside.last()?.y(to);
@@ -448,6 +460,25 @@ mod tests {
         let (lo, hi) = p.visible_addresses().expect("in view");
         assert!(lo.abs_diff(0x1800) < 0x20 && hi.abs_diff(0x2000) < 0x20, "{lo:#x}..{hi:#x}");
         assert_eq!(address_rows(&records, 100, 0x9000, 0xA000), None, "no region there");
+    }
+
+    /// A pool's block (a custom allocator's, 256 bytes: small) is drawn
+    /// over its arena (a 4 KiB malloc block: large) while it lives, the
+    /// arena shows around and after it, and hover finds the pool's block
+    /// first.
+    #[test]
+    fn custom_blocks_are_drawn_over_their_arena() {
+        let arena = block(0x1000, 0x1000, 0, None);
+        let pooled = AllocationRecord { allocator: Some(7), ..block(0x1000, 0x100, 10, Some(20)) };
+        let records = vec![arena, pooled];
+        let p = render_heap(&records, 100, &view(1.0), &|_| String::new());
+        let (small, large) = (crate::raster::to_rgba8(CLASS_COLOURS[1]), crate::raster::to_rgba8(CLASS_COLOURS[2]));
+        assert_eq!(p.image.pixel(15, 2), small, "the pool's block");
+        assert_eq!(p.image.pixel(15, 50), large, "the rest of the arena");
+        assert_eq!(p.image.pixel(50, 2), large, "after the block is released");
+        let axis = TimeAxis::new(&records, 100, Clock::Events);
+        assert_eq!(axis.block_at(&records, 0x1010, 15.0).map(|b| b.allocator), Some(Some(7)));
+        assert_eq!(axis.block_at(&records, 0x1010, 50.0).map(|b| b.allocator), Some(None));
     }
 
     #[test]

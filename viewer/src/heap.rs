@@ -293,6 +293,14 @@ fn side_panel(ui: &mut egui::Ui, m: &HeapMode) -> bool {
     for r in h.top_by_bytes.iter().take(15) {
         ui.label(format!("{:>10} B {:>6}  {}", r.bytes, r.blocks, r.function));
     }
+    for c in &h.custom {
+        ui.separator();
+        ui.strong(format!("custom allocator {}", c.allocator));
+        ui.label(format!("{} blocks ({} bytes), {} released", c.blocks, c.bytes, c.freed));
+        ui.label(format!("peak {} bytes in {} blocks at event {}", c.peak.bytes, c.peak.blocks, c.peak.event));
+        let sizes: Vec<String> = c.sizes.iter().map(|(size, n)| format!("{size} B x{n}")).collect();
+        ui.label(format!("sizes: {}", sizes.join(", ")));
+    }
     true
 }
 
@@ -437,8 +445,12 @@ fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, when: &st
     let at = l.symbols.locate(b.callsite);
     let freed = b.free_event.map_or("never freed".to_string(), |f| format!("freed at event {f}"));
     let usable = if b.usable > 0 { format!(" ({} usable)", b.usable) } else { String::new() };
+    let by = match b.allocator {
+        Some(id) => l.model.allocator_names.get(&id).map_or("a custom allocator", String::as_str),
+        None => b.kind.name(),
+    };
     vec![
-        format!("{} of {} bytes{usable}", b.kind.name(), b.size),
+        format!("{by} of {} bytes{usable}", b.size),
         format!("at {:#x}..{:#x}", b.address, b.end()),
         format!("from {} ({})", at.function, at.file_line()),
         format!("thread {}, allocated at event {}, {freed}", b.thread, b.alloc_event),
