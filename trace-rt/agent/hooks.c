@@ -66,8 +66,8 @@ struct pending {
 TLS struct pending shadow[MAX_PENDING];
 TLS int depth;
 
-void *linetrace_hook_enter(uint64_t n, const uint64_t *saved, uint64_t *slot, uint64_t caller_rbp);
-uint64_t linetrace_hook_exit(uint64_t n, uint64_t result, uint64_t sp);
+AGENT_INTERNAL void *linetrace_hook_enter(uint64_t n, const uint64_t *saved, uint64_t *slot, uint64_t caller_rbp);
+AGENT_INTERNAL uint64_t linetrace_hook_exit(uint64_t n, uint64_t result, uint64_t sp);
 
 /* The stubs. They leave every register as they found it but the ones
  * they are meant to change (the return address slot; nothing else): GCC
