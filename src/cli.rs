@@ -445,6 +445,10 @@ pub struct RenderArgs {
     /// events (quiet periods show; needs a trace of `record --allocations`).
     #[arg(long, requires = "allocations")]
     pub wall_clock: bool,
+    /// With --allocations: draw only the addresses LO..HI (hexadecimal),
+    /// stretched over the picture's height (e.g. a pool's arena).
+    #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
+    pub addresses: Option<(u64, u64)>,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,

@@ -110,17 +110,36 @@ fn render_allocations(
         cushion: args.cushion.into(),
         clock: if args.wall_clock { decoder::heap_raster::Clock::Wall } else { decoder::heap_raster::Clock::Events },
         range: None,
-        rows: None,
+        rows: match args.addresses {
+            None => None,
+            Some((lo, hi)) => match decoder::heap_raster::address_rows(&model.allocations, args.height, lo, hi) {
+                Some(rows) => Some(rows),
+                None => {
+                    out.abandon();
+                    bail!("no heap block of {} lies in {lo:#x}..{hi:#x}", args.file.display());
+                }
+            },
+        },
     };
     let name = |pc: u64| symbols.locate(pc).function.clone();
     let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);
-    // Each region's first address, where there is room for it.
+    // Each region's first address in view, where there is room for it (a
+    // band cut by the top of the picture: the address at its top row).
     let style = MonoTextStyle::new(&FONT_6X10, Rgb888::WHITE);
-    let bands = picture.bands.clone();
+    let rows = f64::from(picture.occupancy_top);
+    let labels: Vec<(i32, u64)> = picture
+        .bands
+        .iter()
+        .filter(|b| b.bottom.min(rows) - b.top.max(0.0) >= 12.0)
+        .map(|b| {
+            let first = if b.top < 0.0 { picture.address_at(0.0).unwrap_or(b.start) } else { b.start };
+            (b.top.max(0.0) as i32 + 1, first)
+        })
+        .collect();
+    let shown = picture.visible_addresses();
     let mut canvas = Canvas(&mut picture.image);
-    for band in bands.iter().filter(|b| b.bottom - b.top >= 12.0) {
-        let at = Point::new(3, band.top as i32 + 1);
-        let _ = Text::with_baseline(&format!("{:#x}", band.start), at, style, Baseline::Top).draw(&mut canvas);
+    for (y, address) in labels {
+        let _ = Text::with_baseline(&format!("{address:#x}"), Point::new(3, y), style, Baseline::Top).draw(&mut canvas);
     }
     let axis = axis_label(&picture.axis);
     if args.wall_clock && picture.axis.clock != decoder::heap_raster::Clock::Wall {
@@ -136,11 +155,15 @@ fn render_allocations(
     }
     out.commit()?;
     eprintln!(
-        "linetrace: wrote {} ({}x{}, {} heap regions, {axis})",
+        "linetrace: wrote {} ({}x{}, {} heap regions, {axis}{})",
         args.output.display(),
         picture.image.width,
         picture.image.height,
         picture.bands.len(),
+        match (args.addresses, shown) {
+            (Some(_), Some((lo, hi))) => format!(", addresses {lo:#x}..{hi:#x}"),
+            _ => String::new(),
+        }
     );
     Ok(())
 }

@@ -262,6 +262,40 @@ fn custom_allocators_are_recorded_apart_from_malloc() {
     }
 }
 
+/// `render --allocations --addresses`: a pool's arena drawn alone (the
+/// picture's rows are the asked-for addresses, to a row), and a range
+/// where no block lies is refused.
+#[test]
+fn render_draws_an_address_range() {
+    let bin = c_example("pool", &["-O2"]);
+    let trace = trace_path("pool-render");
+    let flags = ["--allocations", "--alloc-fn", "pool_alloc:size=ARG2"];
+    assert!(record_with(&flags, &bin, &[], &trace).status.success());
+    let model = decoder::model::Model::decode(&trace, &Default::default(), &mut |_| {}).expect("decode");
+    let arena = model.allocations.iter().find(|r| r.size == 1 << 20).expect("the arena").address;
+    let (lo, hi) = (arena, arena + 0x7000);
+    let png = trace.with_extension("png");
+    let render = |range: &str| {
+        linetrace()
+            .args(["render", "--allocations", "--force", "--height", "400", "--addresses", range, "-o"])
+            .arg(&png)
+            .arg(&trace)
+            .output()
+            .expect("render runs")
+    };
+    let out = render(&format!("{lo:#x}..{hi:#x}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let shown = err.split("addresses ").nth(1).expect("the addresses drawn").trim_end_matches([')', '\n']);
+    let (a, b) = shown.split_once("..").expect("a range");
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+    let row = (hi - lo) / 370;
+    assert!(hex(a).abs_diff(lo) <= row && hex(b).abs_diff(hi) <= row, "{shown} for {lo:#x}..{hi:#x}");
+    let out = render("0x10..0x20");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no heap block"));
+}
+
 /// `--alloc-fn` names that cannot be hooked are refused before the
 /// program runs, with the reason.
 #[test]
