@@ -305,13 +305,16 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", default_value_t = 8, requires = "allocations", value_parser = clap::value_parser!(u8).range(0..=32))]
     pub alloc_stack: u8,
     /// With --allocations: a custom allocator function of the program to
-    /// record too (repeat for each): NAME:size=ARGn[,count=ARGm] returns a
-    /// block of ARGn (times ARGm) bytes, NAME:free[=ARGn] releases the
-    /// block ARGn (default ARG1) points to, NAME:reset releases every
-    /// block the custom allocators handed out. ARG1..ARG6 are the integer
-    /// arguments in registers. Its blocks are reported apart from malloc's
-    /// (a pool's arena is itself a malloc block). The agent patches the
-    /// function's first bytes; one whose first instructions branch is
+    /// record too (repeat for each). NAME:size=ARGn[,count=ARGm][,arena=ARGk]
+    /// returns a block of ARGn (times ARGm) bytes from the arena (pool)
+    /// ARGk names; NAME:free[=ARGn] releases the block ARGn (default ARG1)
+    /// points to; NAME:reset[=ARGk] releases the blocks of arena ARGk, or
+    /// without it every block the custom allocators handed out. ARG1..ARG6
+    /// are the integer arguments in registers. Their blocks are reported
+    /// apart from malloc's (a pool's arena is itself a malloc block) and
+    /// drawn over it. The agent patches the function's first bytes (about
+    /// half a microsecond a call: every register and the vector state are
+    /// kept); a function whose first instructions cannot be moved is
     /// refused with the reason.
     #[arg(long = "alloc-fn", value_name = "SPEC", requires = "allocations")]
     pub alloc_fn: Vec<instrument::alloc_hooks::AllocFnSpec>,

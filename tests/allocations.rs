@@ -222,17 +222,24 @@ fn bursts_name_the_functions_behind_them() {
     assert!((350_000_000..500_000_000).contains(&start(1)), "{}", start(1));
 }
 
-/// A custom allocator (`--alloc-fn`): examples/c/pool.c's pool, at -O0
-/// and -O2 (where its alloc starts with `cmp; ja`, moved as a widened
+/// A custom allocator (`--alloc-fn`): examples/c/pool.c's two pools, at
+/// -O0 and -O2 (where the alloc starts with `cmp; ja`, moved as a widened
 /// branch, and its callers keep values in registers GCC knows the pool
-/// leaves alone): its blocks, sizes, releases (free and reset) and peak
-/// are the hand-counted ones, its callers are named, the program prints
-/// what it prints natively, and malloc's heap still equals DHAT's (the
-/// pool's blocks are not malloc's).
+/// leaves alone): blocks, sizes, releases (free, and resets of one arena
+/// that leave the other's blocks live) and peak are the hand-counted
+/// ones, the callers are named, the program prints what it prints
+/// natively, and malloc's heap still equals DHAT's (the pools' blocks are
+/// not malloc's).
 #[test]
 fn custom_allocators_are_recorded_apart_from_malloc() {
-    let specs =
-        ["--alloc-fn", "pool_alloc:size=ARG2", "--alloc-fn", "pool_free:free=ARG2", "--alloc-fn", "pool_reset:reset"];
+    let specs = [
+        "--alloc-fn",
+        "pool_alloc:size=ARG2,arena=ARG1",
+        "--alloc-fn",
+        "pool_free:free=ARG2",
+        "--alloc-fn",
+        "pool_reset:reset=ARG1",
+    ];
     for opt in ["-O0", "-O2"] {
         let bin = c_example("pool", &[opt]);
         let trace = trace_path(&format!("pool{opt}"));
@@ -247,15 +254,16 @@ fn custom_allocators_are_recorded_apart_from_malloc() {
         let c = &custom[0];
         assert_eq!(c["allocator"], "pool_alloc");
         let n = |v: &serde_json::Value| v.as_u64().expect("a number");
-        assert_eq!((n(&c["blocks"]), n(&c["bytes"]), n(&c["freed"])), (3000, 84000, 3000), "{opt}");
-        assert_eq!((n(&c["peak"]["bytes"]), n(&c["peak"]["blocks"]), n(&c["at_end"]["blocks"])), (18510, 501, 0));
+        assert_eq!((n(&c["blocks"]), n(&c["bytes"]), n(&c["freed"])), (4000, 100000, 3000), "{opt}");
+        assert_eq!((n(&c["peak"]["bytes"]), n(&c["peak"]["blocks"])), (34510, 1501), "{opt}");
+        assert_eq!((n(&c["at_end"]["bytes"]), n(&c["at_end"]["blocks"])), (16000, 1000), "{opt}: the labels");
         let sizes: Vec<(u64, u64)> =
             c["sizes"].as_array().expect("sizes").iter().map(|s| (n(&s[0]), n(&s[1]))).collect();
-        assert_eq!(sizes, vec![(10, 1000), (24, 1000), (50, 1000)]);
+        assert_eq!(sizes, vec![(10, 1000), (16, 1000), (24, 1000), (50, 1000)]);
         if opt == "-O0" {
             let callers: Vec<&str> =
                 c["callers"].as_array().expect("callers").iter().filter_map(|f| f["function"].as_str()).collect();
-            assert_eq!(callers, ["make_key", "make_node", "make_value"]);
+            assert_eq!(callers, ["make_key", "make_label", "make_node", "make_value"]);
         }
         assert_eq!(ours(&h), dhat(&bin, &[]), "{opt}: malloc's heap");
         assert_eq!(h["mappings"].as_u64(), Some(0), "{opt}: the pool's blocks are not mappings");

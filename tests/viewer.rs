@@ -340,20 +340,20 @@ fn allocations_mode_shows_a_pools_blocks_inside_its_arena() {
     let flags = [
         "--allocations",
         "--alloc-fn",
-        "pool_alloc:size=ARG2",
+        "pool_alloc:size=ARG2,arena=ARG1",
         "--alloc-fn",
         "pool_free:free=ARG2",
         "--alloc-fn",
-        "pool_reset:reset",
+        "pool_reset:reset=ARG1",
     ];
     let out = record_with(&flags, &bin, &[], &trace);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let arena = model.allocations.iter().find(|r| r.size == 1 << 20).expect("the arena");
     let range = format!("{:#x}..{:#x}", arena.address, arena.address + 0x7000);
-    // Event 500: in the second quarter's pool, 250 rounds fill its first
-    // 28 KiB; row 200 of the view is inside that.
-    let shot = shoot(&trace, &["--allocations", "--addresses", &range, "--hover", "500,200"]);
+    // Event 600: round 120 (five events a round), the pool's first 11 KiB
+    // in use; row 200 of the view (about 8.6 KiB in) is inside that.
+    let shot = shoot(&trace, &["--allocations", "--addresses", &range, "--hover", "600,200"]);
     let tooltip: Vec<&str> =
         shot.state["tooltip"].as_array().expect("tooltip").iter().filter_map(|l| l.as_str()).collect();
     assert!(tooltip.first().is_some_and(|l| l.starts_with("pool_alloc of ")), "{tooltip:?}");

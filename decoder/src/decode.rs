@@ -395,8 +395,9 @@ struct EventStage {
     /// Moves of the program break, in trace order.
     program_breaks: Vec<ProgramBreakMove>,
     /// Live blocks of custom allocators by start address (apart from
-    /// malloc's: a pool's first block starts where its arena does).
-    custom_live: BTreeMap<u64, usize>,
+    /// malloc's: a pool's first block starts where its arena does), with
+    /// the arena each came from (0: none named).
+    custom_live: BTreeMap<u64, (usize, u64)>,
     /// Live blocks by start address -> index in `allocations`.
     live: BTreeMap<u64, usize>,
     last_block: Option<usize>,
@@ -666,16 +667,23 @@ impl EventStage {
         };
         match c.op {
             CustomOp::Free => match self.custom_live.remove(&c.ptr_in) {
-                Some(i) => {
+                Some((i, _)) => {
                     end(self, i);
                     self.last_freed = Some(i);
                 }
                 None => self.metrics.foreign_frees += 1,
             },
             CustomOp::Reset => {
-                for i in std::mem::take(&mut self.custom_live).into_values() {
-                    end(self, i);
-                    self.last_reset.push(i);
+                // One arena's blocks, or (no arena named) all of them.
+                let arena = c.ptr_in;
+                let live = std::mem::take(&mut self.custom_live);
+                for (address, (i, from)) in live {
+                    if arena == 0 || from == arena {
+                        end(self, i);
+                        self.last_reset.push(i);
+                    } else {
+                        self.custom_live.insert(address, (i, from));
+                    }
                 }
             }
             CustomOp::Alloc if c.ptr_out != 0 => {
@@ -690,7 +698,7 @@ impl EventStage {
                 };
                 self.allocations.push(self.new_record(thread, &block, event, Some(c.allocator)));
                 self.last_created = Some(index);
-                if let Some(old) = self.custom_live.insert(c.ptr_out, index) {
+                if let Some((old, _)) = self.custom_live.insert(c.ptr_out, (index, c.ptr_in)) {
                     // Handed out again without a recorded free or reset.
                     end(self, old);
                 }

@@ -46,19 +46,26 @@ pub enum AllocFnRole {
         size: u8,
         /// The argument holding a count the size is multiplied by.
         count: Option<u8>,
+        /// The argument naming the arena (pool) the block comes from, which
+        /// a reset of that arena releases.
+        arena: Option<u8>,
     },
     /// Releases the block its argument `ptr` points to.
     Free {
         /// The argument holding the pointer.
         ptr: u8,
     },
-    /// Releases every block the custom allocators handed out (a bump
-    /// allocator's or arena's reset).
-    Reset,
+    /// Releases the blocks handed out from the arena its argument names
+    /// (`Some`), or every block the custom allocators handed out (a bump
+    /// allocator's reset).
+    Reset {
+        /// The argument naming the arena.
+        arena: Option<u8>,
+    },
 }
 
-/// `--alloc-fn NAME:size=ARGn[,count=ARGm]`, `NAME:free[=ARGn]`,
-/// `NAME:reset`.
+/// `--alloc-fn NAME:size=ARGn[,count=ARGm][,arena=ARGk]`,
+/// `NAME:free[=ARGn]`, `NAME:reset[=ARGk]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllocFnSpec {
     /// The function, as in `-f`.
@@ -72,7 +79,10 @@ impl std::str::FromStr for AllocFnSpec {
 
     fn from_str(text: &str) -> Result<AllocFnSpec, String> {
         let fail = |why: &str| {
-            format!("--alloc-fn {text:?}: {why} (expected NAME:size=ARGn[,count=ARGm], NAME:free[=ARGn] or NAME:reset)")
+            format!(
+                "--alloc-fn {text:?}: {why} (expected NAME:size=ARGn[,count=ARGm][,arena=ARGk], NAME:free[=ARGn] or \
+                 NAME:reset[=ARGk])"
+            )
         };
         let (name, rest) = text.rsplit_once(':').ok_or_else(|| fail("no ':'"))?;
         if name.is_empty() || name.ends_with(':') {
@@ -85,22 +95,24 @@ impl std::str::FromStr for AllocFnSpec {
                 _ => Err(fail(&format!("{v:?} is not ARG1..ARG6 (integer arguments in registers)"))),
             }
         };
-        let (mut size, mut count, mut free, mut reset) = (None, None, None, false);
+        let (mut size, mut count, mut arena, mut free, mut reset) = (None, None, None, None, None);
         for part in rest.split(',') {
             match part.split_once('=') {
                 Some(("size", v)) => size = Some(arg(v)?),
                 Some(("count", v)) => count = Some(arg(v)?),
+                Some(("arena", v)) => arena = Some(arg(v)?),
                 Some(("free", v)) => free = Some(arg(v)?),
+                Some(("reset", v)) => reset = Some(Some(arg(v)?)),
                 None if part == "free" => free = Some(1),
-                None if part == "reset" => reset = true,
+                None if part == "reset" => reset = Some(None),
                 _ => return Err(fail(&format!("unknown part {part:?}"))),
             }
         }
-        let role = match (size, count, free, reset) {
-            (Some(size), count, None, false) => AllocFnRole::Alloc { size, count },
-            (None, None, Some(ptr), false) => AllocFnRole::Free { ptr },
-            (None, None, None, true) => AllocFnRole::Reset,
-            (None, Some(_), ..) => return Err(fail("count= needs size=")),
+        let role = match (size, count, arena, free, reset) {
+            (Some(size), count, arena, None, None) => AllocFnRole::Alloc { size, count, arena },
+            (None, None, None, Some(ptr), None) => AllocFnRole::Free { ptr },
+            (None, None, None, None, Some(arena)) => AllocFnRole::Reset { arena },
+            (None, Some(_), ..) | (None, _, Some(_), ..) => return Err(fail("count= and arena= go with size=")),
             _ => return Err(fail("one of size=, free or reset")),
         };
         Ok(AllocFnSpec { name: name.to_string(), role })
@@ -258,7 +270,8 @@ pub fn displaced_prologue(code: &[u8], address: u64) -> Result<Displaced, String
 
 /// The agent's description of the hooks: one per line (`;`), each
 /// `ROLE SIZE COUNT PTR ADDRESS ORIGINAL MOVED FIXUPS` with ROLE `a`, `f`
-/// or `r`, argument numbers (0: none), the link-time address in hex, the
+/// or `r`, argument numbers (0: none; PTR is the pointer freed, or the
+/// arena of an alloc or a reset), the link-time address in hex, the
 /// original and moved bytes in hex and the fixups as `OFFSET:END:TARGET`
 /// (target in hex) separated by commas (`-`: none).
 pub fn agent_env(hooks: &[Hook]) -> String {
@@ -266,9 +279,9 @@ pub fn agent_env(hooks: &[Hook]) -> String {
         .iter()
         .map(|h| {
             let (role, size, count, ptr) = match h.spec.role {
-                AllocFnRole::Alloc { size, count } => ('a', size, count.unwrap_or(0), 0),
+                AllocFnRole::Alloc { size, count, arena } => ('a', size, count.unwrap_or(0), arena.unwrap_or(0)),
                 AllocFnRole::Free { ptr } => ('f', 0, 0, ptr),
-                AllocFnRole::Reset => ('r', 0, 0, 0),
+                AllocFnRole::Reset { arena } => ('r', 0, 0, arena.unwrap_or(0)),
             };
             let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
             let fixups = if h.fixups.is_empty() {
@@ -291,13 +304,29 @@ mod tests {
         let parse = |t: &str| t.parse::<AllocFnSpec>();
         assert_eq!(
             parse("pool_alloc:size=ARG2,count=ARG3"),
-            Ok(AllocFnSpec { name: "pool_alloc".into(), role: AllocFnRole::Alloc { size: 2, count: Some(3) } })
+            Ok(AllocFnSpec {
+                name: "pool_alloc".into(),
+                role: AllocFnRole::Alloc { size: 2, count: Some(3), arena: None }
+            })
         );
         assert_eq!(parse("pool_free:free=ARG2").map(|s| s.role), Ok(AllocFnRole::Free { ptr: 2 }));
         assert_eq!(parse("release:free").map(|s| s.role), Ok(AllocFnRole::Free { ptr: 1 }));
-        assert_eq!(parse("arena_reset:reset").map(|s| s.role), Ok(AllocFnRole::Reset));
+        assert_eq!(parse("arena_reset:reset").map(|s| s.role), Ok(AllocFnRole::Reset { arena: None }));
+        assert_eq!(parse("pool_reset:reset=ARG1").map(|s| s.role), Ok(AllocFnRole::Reset { arena: Some(1) }));
+        assert_eq!(
+            parse("pool_alloc:size=2,arena=1").map(|s| s.role),
+            Ok(AllocFnRole::Alloc { size: 2, count: None, arena: Some(1) })
+        );
         assert_eq!(parse("ns::pool::get:size=1").map(|s| s.name), Ok("ns::pool::get".to_string()));
-        for bad in ["pool_alloc", "pool_alloc:size=ARG7", "pool_alloc:count=ARG1", "x:size=1,free", ":reset", "x:big"] {
+        for bad in [
+            "pool_alloc",
+            "pool_alloc:size=ARG7",
+            "pool_alloc:count=ARG1",
+            "x:size=1,free",
+            ":reset",
+            "x:big",
+            "x:arena=1",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

@@ -48,7 +48,7 @@ enum { K_CUSTOM_ALLOC = 20, K_CUSTOM_FREE = 21, K_CUSTOM_RESET = 22 };
 
 struct hook {
     char role; /* 'a' alloc, 'f' free, 'r' reset; 0: not installed */
-    int size_arg, count_arg, ptr_arg; /* 1-based; 0: none */
+    int size_arg, count_arg, ptr_arg; /* 1-based; 0: none. ptr_arg: the pointer freed, or the arena */
     uint8_t *moved;                   /* moved_N */
     uint8_t *after;                   /* after_N */
 };
@@ -158,14 +158,18 @@ uint64_t linetrace_hook_exit(uint64_t n, uint64_t result, uint64_t sp) {
             uint64_t count = p->args[h->count_arg - 1];
             size = count && size > UINT64_MAX / count ? UINT64_MAX : size * count;
         }
-        agent_record(K_CUSTOM_ALLOC, 0, result, size, n, (void *)p->ret, NULL, p->stack);
+        /* ptr_in: the arena the block comes from (0: none named) */
+        uint64_t arena = h->ptr_arg ? p->args[h->ptr_arg - 1] : 0;
+        agent_record(K_CUSTOM_ALLOC, arena, result, size, n, (void *)p->ret, NULL, p->stack);
         break;
     }
     case 'f':
         arg = p->args[h->ptr_arg - 1];
         if (arg) agent_record(K_CUSTOM_FREE, arg, 0, 0, n, (void *)p->ret, NULL, p->stack);
         break;
-    default: agent_record(K_CUSTOM_RESET, 0, 0, 0, n, (void *)p->ret, NULL, p->stack);
+    default: /* ptr_in: the arena reset (0: everything) */
+        arg = h->ptr_arg ? p->args[h->ptr_arg - 1] : 0;
+        agent_record(K_CUSTOM_RESET, arg, 0, 0, n, (void *)p->ret, NULL, p->stack);
     }
     return p->ret;
 }
@@ -247,9 +251,10 @@ static uint8_t *build(int n, const char *spec, uint64_t bias, struct area *a, ui
     int size_arg, count_arg, ptr_arg, used = 0;
     unsigned long long address;
     if (sscanf(spec, "%c %d %d %d %llx %n", &role, &size_arg, &count_arg, &ptr_arg, &address, &used) < 5) return NULL;
-    int args_ok = role == 'a'   ? size_arg >= 1 && size_arg <= 6 && count_arg >= 0 && count_arg <= 6
+    int args_ok = role == 'a'   ? size_arg >= 1 && size_arg <= 6 && count_arg >= 0 && count_arg <= 6 && ptr_arg >= 0 &&
+                                    ptr_arg <= 6
                   : role == 'f' ? ptr_arg >= 1 && ptr_arg <= 6
-                                : role == 'r';
+                                : role == 'r' && ptr_arg >= 0 && ptr_arg <= 6;
     if (!args_ok) return NULL;
     const char *p = spec + used;
     uint8_t original[MAX_MOVED], moved[MAX_MOVED];

@@ -378,7 +378,8 @@ pub enum CustomOp {
     Alloc = 0,
     /// Released the block at `ptr_in`.
     Free = 1,
-    /// Released every block the custom allocators handed out.
+    /// Released the blocks from the arena `ptr_in` names (0: every block
+    /// the custom allocators handed out).
     Reset = 2,
 }
 
@@ -399,7 +400,8 @@ pub struct CustomAllocation {
     pub op: CustomOp,
     /// Requested bytes (alloc).
     pub size: u64,
-    /// The block released (free).
+    /// The block released (free); the arena the block comes from (alloc)
+    /// or that is reset (reset), 0 when none is named.
     pub ptr_in: u64,
     /// The block returned (alloc; 0 on failure).
     pub ptr_out: u64,
