@@ -232,18 +232,10 @@ fn bursts_name_the_functions_behind_them() {
 /// not malloc's).
 #[test]
 fn custom_allocators_are_recorded_apart_from_malloc() {
-    let specs = [
-        "--alloc-fn",
-        "pool_alloc:size=ARG2,arena=ARG1",
-        "--alloc-fn",
-        "pool_free:free=ARG2",
-        "--alloc-fn",
-        "pool_reset:reset=ARG1",
-    ];
     for opt in ["-O0", "-O2"] {
         let bin = c_example("pool", &[opt]);
         let trace = trace_path(&format!("pool{opt}"));
-        let flags: Vec<&str> = ["--allocations"].into_iter().chain(specs).collect();
+        let flags: Vec<&str> = ["--allocations"].into_iter().chain(POOL_ALLOC_FNS).collect();
         let out = record_with(&flags, &bin, &[], &trace);
         assert!(out.status.success(), "{opt}: {}", String::from_utf8_lossy(&out.stderr));
         let native = Command::new(&bin).output().expect("runs");

@@ -337,15 +337,7 @@ fn allocations_mode_zooms_into_an_address_range() {
 fn allocations_mode_shows_a_pools_blocks_inside_its_arena() {
     let bin = c_example("pool", &["-O0"]);
     let trace = trace_path("pool-view");
-    let flags = [
-        "--allocations",
-        "--alloc-fn",
-        "pool_alloc:size=ARG2,arena=ARG1",
-        "--alloc-fn",
-        "pool_free:free=ARG2",
-        "--alloc-fn",
-        "pool_reset:reset=ARG1",
-    ];
+    let flags: Vec<&str> = ["--allocations"].into_iter().chain(POOL_ALLOC_FNS).collect();
     let out = record_with(&flags, &bin, &[], &trace);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
