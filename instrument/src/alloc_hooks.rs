@@ -175,7 +175,15 @@ pub fn plan_hooks(specs: &[AllocFnSpec], exe: &Path) -> Result<Vec<Hook>, Instru
             }
             let (address, found) = match crate::entry::plan(&function, &symbols, exe) {
                 Ok(Plan::InExecutable { address, name }) => (address, name),
-                Ok(Plan::Deferred { .. }) => return Err(fail(format!("not a function of {}", exe.display()))),
+                Ok(Plan::Deferred { .. }) if !symbols.has_symtab => {
+                    return Err(fail(format!("{} is stripped: its functions have no names", exe.display())));
+                }
+                Ok(Plan::Deferred { .. }) => {
+                    return Err(fail(format!(
+                        "{} has no function of that name (functions of its libraries cannot be declared)",
+                        exe.display()
+                    )));
+                }
                 Err(e) => return Err(fail(decoder::symbols::error_chain(&e))),
             };
             let size = symbols.functions.iter().find(|f| f.address == address).map_or(0, |f| f.size);
