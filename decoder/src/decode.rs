@@ -56,9 +56,12 @@ pub(crate) fn decode(
     let stage_preview = preview.clone();
     let stage = std::thread::Builder::new()
         .name("linetrace-working-set".into())
-        .spawn(move || working_set_stage(config, cache_config, receiver, stage_preview))
+        .spawn(move || working_set_stage(config, receiver, stage_preview))
         .map_err(|e| DecodeError::Corrupt(format!("cannot start the decoding thread: {e}")))?;
-    let mut events = EventStage::new(*options, SetStage { sender, batch: Vec::with_capacity(BATCH) });
+    let mut events = EventStage::new(
+        *options,
+        SetStage { sender, batch: Vec::with_capacity(BATCH), cache: CacheStage::new(cache_config) },
+    );
     let mut report = |done: u64| {
         if let Some(p) = &preview {
             p.set_bytes(done, total_bytes);
@@ -68,7 +71,7 @@ pub(crate) fn decode(
     let outcome = events.run(reader, &mut report);
     // Closing the channel ends the working-set stage.
     let set_stage = std::mem::replace(&mut events.set, SetStage::closed());
-    let sent = set_stage.finish();
+    let (sent, cache) = set_stage.finish();
     let set = stage.join().map_err(|_| DecodeError::Corrupt("the decoding thread failed".into()))?;
     let (reader, end) = outcome?;
     sent.map_err(|_| DecodeError::Corrupt("the decoding thread stopped early".into()))?;
@@ -102,7 +105,7 @@ pub(crate) fn decode(
         .collect();
     let allocation_index = AllocationIndex::new(&events.allocations);
     let mut site_counts = std::mem::take(&mut events.site_counts);
-    for (site, misses) in set.cache.per_site.iter().enumerate() {
+    for (site, misses) in cache.per_site.iter().enumerate() {
         if let Some(counts) = site_counts.get_mut(site) {
             counts.misses = *misses;
         }
@@ -112,8 +115,7 @@ pub(crate) fn decode(
             counts.line_fetches = fetches;
         }
     }
-    let cache =
-        CacheReport { config: set.cache.simulator.config(), misses: set.cache.misses, columns: set.cache.columns };
+    let cache = CacheReport { config: cache.simulator.config(), misses: cache.misses, columns: cache.columns };
     Ok(Model {
         trace_path: path.to_path_buf(),
         metadata: reader.metadata().clone(),
@@ -151,7 +153,8 @@ pub(crate) fn decode(
 enum SetOp {
     /// The next column's read (loads and read-modify-writes), by `site`.
     Read { addr: u64, size: u64, site: u32 },
-    /// A store, for the cache simulation (writes make no column).
+    /// A store, for the cache simulation (writes make no column): taken by
+    /// [`SetStage::send`], which runs the simulation, and never sent on.
     Write { addr: u64, size: u64, site: u32 },
     /// A block became live (for the allocation tint).
     Alloc { start: u64, end: u64 },
@@ -167,17 +170,33 @@ enum SetOp {
 struct SetStage {
     sender: SyncSender<Vec<SetOp>>,
     batch: Vec<SetOp>,
+    /// The cache simulation sees the accesses as they are sent: it runs on
+    /// the event side, which has time to spare (the working-set side is
+    /// the slower of the two).
+    cache: CacheStage,
 }
 
 impl SetStage {
     /// A stage that sends nowhere (after [`SetStage::finish`]).
     fn closed() -> SetStage {
         let (sender, _) = sync_channel(0);
-        SetStage { sender, batch: Vec::new() }
+        SetStage { sender, batch: Vec::new(), cache: CacheStage::new(CacheConfig::default()) }
     }
 
     #[inline]
     fn send(&mut self, op: SetOp) {
+        match op {
+            SetOp::Read { addr, size, site } => {
+                let outcome = self.cache.access(addr, size, site, false);
+                self.cache.columns.push(outcome);
+            }
+            SetOp::Write { addr, size, site } => {
+                // Writes matter to the cache only: not sent on.
+                self.cache.access(addr, size, site, true);
+                return;
+            }
+            _ => {}
+        }
         self.batch.push(op);
         if self.batch.len() >= BATCH {
             let full = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
@@ -186,10 +205,12 @@ impl SetStage {
         }
     }
 
-    /// Sends what is left; an error if the stage is gone.
-    fn finish(mut self) -> Result<(), ()> {
+    /// Sends what is left (an error if the stage is gone); the cache
+    /// simulation's results.
+    fn finish(mut self) -> (Result<(), ()>, CacheStage) {
         let rest = std::mem::take(&mut self.batch);
-        if rest.is_empty() { Ok(()) } else { self.sender.send(rest).map_err(|_| ()) }
+        let sent = if rest.is_empty() { Ok(()) } else { self.sender.send(rest).map_err(|_| ()) };
+        (sent, self.cache)
     }
 }
 
@@ -200,13 +221,11 @@ struct SetResults {
     pyramid: BitmapPyramid,
     /// (clock, lines) of each snapshot the event stage kept, in order.
     snapshot_sets: Vec<(u64, Vec<LineState>)>,
-    cache: CacheStage,
     /// Lines each site's reads inserted into the working set.
     site_fetches: Vec<u64>,
 }
 
-/// The cache simulation, kept by the working-set stage (it sees every
-/// access in order, and has time to spare on two cores).
+/// The cache simulation: it sees every access in order.
 struct CacheStage {
     simulator: CacheSimulator,
     misses: CacheMisses,
@@ -215,6 +234,15 @@ struct CacheStage {
 }
 
 impl CacheStage {
+    fn new(config: CacheConfig) -> CacheStage {
+        CacheStage {
+            simulator: CacheSimulator::new(config),
+            misses: CacheMisses::default(),
+            per_site: Vec::new(),
+            columns: MissFlags::default(),
+        }
+    }
+
     /// One access; a read-modify-write references the cache once, as a
     /// read (its write always hits): cachegrind's rule.
     #[inline]
@@ -272,16 +300,9 @@ impl LiveBlocks {
 /// The working-set stage: applies the reads in order.
 fn working_set_stage(
     config: WorkingSetConfig,
-    cache_config: CacheConfig,
     receiver: Receiver<Vec<SetOp>>,
     preview: Option<Arc<Preview>>,
 ) -> SetResults {
-    let mut cache = CacheStage {
-        simulator: CacheSimulator::new(cache_config),
-        misses: CacheMisses::default(),
-        per_site: Vec::new(),
-        columns: MissFlags::default(),
-    };
     let mut set = FastWorkingSet::new(config);
     let mut spans = SpanAccumulator::new(&mut set, 0, |_, _| false);
     let mut pyramid = preview.map(PyramidBuilder::with_preview).unwrap_or_default();
@@ -296,8 +317,6 @@ fn working_set_stage(
         for op in batch {
             match op {
                 SetOp::Read { addr, size, site } => {
-                    let outcome = cache.access(addr, size, site, false);
-                    cache.columns.push(outcome);
                     if column == next_block {
                         pyramid.push(&spans.close_span(&mut set));
                         next_block += pyramid.block_width();
@@ -316,9 +335,8 @@ fn working_set_stage(
                     max_rows = max_rows.max(set.len() as u32);
                     column += 1;
                 }
-                SetOp::Write { addr, size, site } => {
-                    cache.access(addr, size, site, true);
-                }
+                // Writes stay with the cache simulation (event side).
+                SetOp::Write { .. } => {}
                 SetOp::Alloc { start, end } => {
                     live.0.insert(start, end);
                 }
@@ -341,7 +359,7 @@ fn working_set_stage(
     }
     // Lines still in the set at the end count as fetches too.
     set.drain(|d| LineObserver::departed(&mut fetches, d));
-    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, cache, site_fetches }
+    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, site_fetches }
 }
 
 /// The stacks allocation records refer to, parsed from the string table
