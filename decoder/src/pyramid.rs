@@ -101,20 +101,42 @@ impl Level {
 
     /// The level above: pairs of blocks merged (`columns` in all).
     fn coarser(&self, columns: u64) -> Level {
-        let mut up = Level::new(self.shift + 1);
         let width = 1u64 << self.shift;
-        let mut i = 0;
-        while i < self.blocks() {
+        let pair = |p: usize| {
+            let i = 2 * p;
             let a = self.block(i);
             let b = if i + 1 < self.blocks() { self.block(i + 1) } else { &[] };
             let wa = width.min(columns.saturating_sub(i as u64 * width)) as f64;
             let wb = width.min(columns.saturating_sub((i as u64 + 1) * width)) as f64;
-            up.push(merge(a, wa, b, wb));
-            i += 2;
+            merge(a, wa, b, wb)
+        };
+        let pairs = self.blocks().div_ceil(2);
+        // The levels are built when decoding ends, while the other thread
+        // waits: long levels are merged half on each core.
+        let merged: Vec<Vec<SummaryCell>> = if pairs >= PARALLEL_PAIRS {
+            let half = pairs / 2;
+            std::thread::scope(|scope| {
+                let upper = scope.spawn(|| (half..pairs).map(pair).collect::<Vec<_>>());
+                let mut lower: Vec<Vec<SummaryCell>> = (0..half).map(pair).collect();
+                match upper.join() {
+                    Ok(rest) => lower.extend(rest),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+                lower
+            })
+        } else {
+            (0..pairs).map(pair).collect()
+        };
+        let mut up = Level::new(self.shift + 1);
+        for cells in merged {
+            up.push(cells);
         }
         up
     }
 }
+
+/// Block pairs from which a level is merged on two threads.
+const PARALLEL_PAIRS: usize = 256;
 
 /// Two adjacent blocks as one ([`RowMerger`]).
 fn merge(a: &[SummaryCell], wa: f64, b: &[SummaryCell], wb: f64) -> Vec<SummaryCell> {

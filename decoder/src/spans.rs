@@ -196,6 +196,8 @@ pub struct SpanAccumulator {
     sizes: Vec<u64>,
     /// Buffers of `close_span`, kept between spans.
     present: Vec<(u64, u32)>,
+    /// `present` packed into one word each while sorting.
+    packed: Vec<u64>,
     present_sums: Vec<LineSums>,
     mass: Vec<LineSums>,
     span_start: u64,
@@ -228,6 +230,7 @@ impl SpanAccumulator {
             departed: Vec::new(),
             sizes: Vec::new(),
             present: Vec::new(),
+            packed: Vec::new(),
             present_sums: Vec::new(),
             mass: Vec::new(),
             span_start: column,
@@ -306,7 +309,7 @@ impl SpanAccumulator {
             sums.push(state.spans);
             state.spans.restart(column, clock_sum);
         });
-        present.sort_unstable_by_key(|&(line, _)| line);
+        sort_by_line(&mut present, &mut self.packed);
         let height = self.sizes.len().saturating_sub(1).max(present.len());
         mass.clear();
         mass.resize(height, LineSums::default());
@@ -379,5 +382,46 @@ impl LineObserver for SpanAccumulator {
         if state.spans.columns > 0 {
             self.departed.push((state.line, state.spans));
         }
+    }
+}
+
+/// Sorts (line, slot) pairs by line. Lines are distinct; when they and the
+/// slots fit, the pairs are sorted as single words (`line << 20 | slot`):
+/// this runs for every block of the bitmap summary, over the whole working
+/// set.
+fn sort_by_line(present: &mut [(u64, u32)], packed: &mut Vec<u64>) {
+    const SLOT_BITS: u32 = 20;
+    let fits = present.len() < 1 << SLOT_BITS && present.iter().all(|&(line, _)| line < 1 << (64 - SLOT_BITS));
+    if !fits {
+        present.sort_unstable_by_key(|&(line, _)| line);
+        return;
+    }
+    packed.clear();
+    packed.extend(present.iter().map(|&(line, slot)| line << SLOT_BITS | u64::from(slot)));
+    packed.sort_unstable();
+    for (pair, &word) in present.iter_mut().zip(packed.iter()) {
+        *pair = (word >> SLOT_BITS, (word & ((1 << SLOT_BITS) - 1)) as u32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_sort_the_same_packed_or_not() {
+        let pairs: Vec<(u64, u32)> = (0..300u64).map(|i| ((i * 7919) % 1009 + 5, i as u32)).collect();
+        let mut reference = pairs.clone();
+        reference.sort_unstable_by_key(|&(line, _)| line);
+        let mut packed = pairs.clone();
+        sort_by_line(&mut packed, &mut Vec::new());
+        assert_eq!(packed, reference);
+        // A line too large to pack takes the other way, with the same order.
+        let mut wide = pairs.clone();
+        wide.push((u64::MAX / 2, 300));
+        let mut reference = wide.clone();
+        reference.sort_unstable_by_key(|&(line, _)| line);
+        sort_by_line(&mut wide, &mut Vec::new());
+        assert_eq!(wide, reference);
     }
 }
