@@ -137,13 +137,25 @@ fn record_allocations(
     out: PendingOutput,
     quiet: bool,
 ) -> Result<ExitCode> {
+    // A line rewritten in place on a terminal (a log would only fill up:
+    // the summary at the end says the same).
+    let tty = std::io::stderr().is_terminal() && !quiet;
+    let progress: Option<Box<dyn FnMut(u64, std::time::Duration)>> = tty.then(|| {
+        Box::new(|calls: u64, elapsed: std::time::Duration| {
+            eprint!("\rlinetrace: {calls} allocator calls recorded in {:.0} s\x1b[K", elapsed.as_secs_f64());
+        }) as Box<dyn FnMut(u64, std::time::Duration)>
+    });
     let result = instrument::record_allocations(instrument::AllocationOptions {
         program,
         args,
         output: out.partial().to_path_buf(),
         stack,
         alloc_fns,
+        progress,
     });
+    if tty {
+        eprint!("\r\x1b[K");
+    }
     let summary = match result {
         Ok(s) => s,
         Err(e) => {

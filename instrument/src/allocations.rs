@@ -44,6 +44,9 @@ pub struct AllocationOptions {
     pub stack: usize,
     /// Custom allocator functions of the program to record too.
     pub alloc_fns: Vec<crate::alloc_hooks::AllocFnSpec>,
+    /// Called about once a second while the program runs, with the calls
+    /// recorded so far and the time since it started.
+    pub progress: Option<Box<dyn FnMut(u64, Duration)>>,
 }
 
 /// The outcome of an allocation recording.
@@ -121,7 +124,7 @@ fn scratch(kind: &str) -> Result<Scratch, InstrumentError> {
 }
 
 /// Runs `options.program` with the allocation agent and writes its trace.
-pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummary, InstrumentError> {
+pub fn record_allocations(mut options: AllocationOptions) -> Result<AllocationSummary, InstrumentError> {
     if ALLOC_AGENT.is_empty() {
         return Err(InstrumentError::AgentUnavailable);
     }
@@ -167,7 +170,7 @@ pub fn record_allocations(options: AllocationOptions) -> Result<AllocationSummar
             .map_err(|cause| InstrumentError::Spawn { program: options.program.display().to_string(), cause })?
     };
     crate::interrupt::set_target(child.id() as i32);
-    let converted = convert_while_running(&mut child, &mut stream, file, &options, &exe, &hooks);
+    let converted = convert_while_running(&mut child, &mut stream, file, &mut options, &exe, &hooks);
     crate::interrupt::set_target(0);
     let (status, run_time, mut writer, threads, breaks) = match converted {
         Ok(c) => c,
@@ -228,7 +231,7 @@ fn convert_while_running(
     child: &mut std::process::Child,
     stream: &mut AgentLogStream,
     file: File,
-    options: &AllocationOptions,
+    options: &mut AllocationOptions,
     exe: &Path,
     hooks: &[crate::alloc_hooks::Hook],
 ) -> Result<(std::process::ExitStatus, Duration, Writer, usize, u64), InstrumentError> {
@@ -257,8 +260,15 @@ fn convert_while_running(
             }
         }
     };
+    let mut next_report = Duration::from_secs(1);
     let (status, run_time) = loop {
         let read = stream.poll(false, &mut deliver)?;
+        if started.elapsed() >= next_report {
+            next_report += Duration::from_secs(1);
+            if let Some(progress) = options.progress.as_mut() {
+                progress(stream.delivered(), started.elapsed());
+            }
+        }
         let status =
             child.try_wait().map_err(|cause| InstrumentError::Spawn { program: exe.display().to_string(), cause })?;
         if let Some(status) = status {
