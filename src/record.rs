@@ -182,6 +182,13 @@ fn record_allocations(
             summary.unhooked.join(", ")
         );
     }
+    if summary.too_deep > 0 {
+        eprintln!(
+            "linetrace: warning: {} calls of --alloc-fn functions were not recorded: they were nested in each other \
+             more than 16 deep",
+            summary.too_deep
+        );
+    }
     let unwinding = summary.unwinding;
     if unwinding.mismatched > 0 || std::env::var_os(trace_rt::agent::UNWIND_CHECK_ENV).is_some() {
         eprintln!(

@@ -296,6 +296,28 @@ fn render_draws_an_address_range() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no heap block"));
 }
 
+/// A custom allocator nested in itself 21 deep: the 16 outermost calls the
+/// agent keeps track of are recorded, the 5 deepest run unrecorded and the
+/// recording says so; the program's output is unchanged.
+#[test]
+fn nested_custom_allocator_calls_past_the_agents_depth_are_counted() {
+    let bin = c_example("nested_alloc", &["-O1"]);
+    let trace = trace_path("nested-alloc");
+    let out = linetrace()
+        .args(["record", "--allocations", "--alloc-fn", "chain_alloc:size=ARG1", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .expect("linetrace runs");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "168\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("5 calls of --alloc-fn functions were not recorded"), "{err}");
+    let custom = heap_report(&trace)["custom"].clone();
+    assert_eq!(custom[0]["blocks"].as_u64(), Some(16), "{custom}");
+}
+
 /// `--alloc-fn` names that cannot be hooked are refused before the
 /// program runs, with the reason.
 #[test]

@@ -74,6 +74,8 @@ pub struct AllocationSummary {
     pub unwinding: trace_rt::agent::Unwinding,
     /// `--alloc-fn` functions the agent could not patch (their names).
     pub unhooked: Vec<String>,
+    /// Calls of `--alloc-fn` functions not recorded (nested too deep).
+    pub too_deep: u64,
 }
 
 /// A temporary file removed when dropped (the agent's log is sparse and
@@ -207,6 +209,7 @@ pub fn record_allocations(mut options: AllocationOptions) -> Result<AllocationSu
         dropped: stream.dropped(),
         missing: stream.missing(),
         unwinding: stream.unwinding(),
+        too_deep: stream.hooks_too_deep(),
         unhooked: hooks
             .iter()
             .enumerate()

@@ -15,6 +15,9 @@ AGENT_INTERNAL void agent_record(uint32_t kind, uint64_t ptr_in, uint64_t ptr_ou
 /* Whether this thread is inside the agent (its allocations unrecorded). */
 AGENT_INTERNAL int agent_busy(void);
 
+/* Counts a custom allocator call left unrecorded (nested too deep). */
+AGENT_INTERNAL void agent_count_too_deep(void);
+
 /* Callers recorded per call. */
 AGENT_INTERNAL int agent_stack_depth(void);
 

@@ -84,6 +84,8 @@ struct header {
     _Atomic uint64_t unwind_mismatch;
     /* Custom allocator functions patched: bit n for the n-th. */
     _Atomic uint64_t hooks_installed;
+    /* Calls of them not recorded: nested deeper than hooks.c keeps. */
+    _Atomic uint64_t hooks_too_deep;
 };
 
 /* Callers recorded above the calling instruction (LINETRACE_ALLOC_STACK,
@@ -332,6 +334,10 @@ static void note(uint32_t kind, uint64_t ptr_in, uint64_t ptr_out, uint64_t size
 
 int agent_busy(void) {
     return busy;
+}
+
+void agent_count_too_deep(void) {
+    if (hdr) atomic_fetch_add_explicit(&hdr->hooks_too_deep, 1, memory_order_relaxed);
 }
 
 int agent_stack_depth(void) {

@@ -121,7 +121,10 @@ extern char linetrace_hook_enter_stub[], linetrace_hook_exit_stub[];
 
 void *linetrace_hook_enter(uint64_t n, const uint64_t *saved, uint64_t *slot, uint64_t caller_rbp) {
     struct hook *h = &hooks[n];
-    if (depth == MAX_PENDING) return h->moved; /* too deep: runs unrecorded */
+    if (depth == MAX_PENDING) {
+        agent_count_too_deep(); /* runs unrecorded */
+        return h->moved;
+    }
     struct pending *p = &shadow[depth++];
     p->ret = *slot;
     p->slot = (uint64_t)slot;

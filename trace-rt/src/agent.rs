@@ -352,6 +352,12 @@ impl AgentLogStream {
         if self.record_bytes == 0 { 0 } else { self.word(64) }
     }
 
+    /// Calls of custom allocator functions the agent ran unrecorded: nested
+    /// in each other deeper than it keeps track of (16).
+    pub fn hooks_too_deep(&self) -> u64 {
+        if self.record_bytes == 0 { 0 } else { self.word(72) }
+    }
+
     /// Calls numbered but never complete (cut by the program's end in the
     /// middle of their record, or given up on).
     pub fn missing(&self) -> u64 {
