@@ -328,6 +328,11 @@ fn allocations_mode_zooms_into_an_address_range() {
     let at = (y as usize * shot.width as usize + x as usize) * 3;
     let px = [shot.rgb[at], shot.rgb[at + 1], shot.rgb[at + 2]];
     assert!(close(px, [255, 255, 255], 40), "frame edge at ({x},{y}): {px:?}");
+    // Addresses no block lies in: every address shown, and the status
+    // line says why.
+    let shot = shoot(&trace, &["--allocations", "--addresses", "0x10..0x20"]);
+    let status = shot.state["status"].as_str().unwrap_or_default().to_string();
+    assert!(status.contains("no heap block lies in 0x10..0x20"), "{status}");
 }
 
 /// Allocations mode with a custom allocator (examples/c/pool.c, its first

@@ -187,28 +187,28 @@ pub struct RegionBand {
 impl HeapPicture {
     /// The address at pixel row `y`, if it is inside a region.
     pub fn address_at(&self, y: f64) -> Option<u64> {
-        let b = self.bands.iter().find(|b| y >= b.top && y < b.bottom)?;
-        let t = (y - b.top) / (b.bottom - b.top).max(1e-9);
-        Some(b.start + (t * (b.end - b.start) as f64) as u64)
+        self.bands.iter().find(|b| y >= b.top && y < b.bottom).map(|b| b.address(y))
     }
-}
 
-impl HeapPicture {
     /// The lowest and highest address in view (the rows above the
     /// occupancy bar and its gap), if any region is in view.
     pub fn visible_addresses(&self) -> Option<(u64, u64)> {
         let rows = f64::from(self.occupancy_top.saturating_sub(OCCUPANCY_GAP));
-        let seen: Vec<&RegionBand> = self.bands.iter().filter(|b| b.bottom > 0.0 && b.top < rows).collect();
-        let (first, last) = (seen.first()?, seen.last()?);
-        let at = |b: &RegionBand, y: f64| {
-            let t = ((y - b.top) / (b.bottom - b.top).max(1e-9)).clamp(0.0, 1.0);
-            b.start + (t * (b.end - b.start) as f64) as u64
-        };
-        Some((at(first, 0.0), at(last, rows)))
+        let mut seen = self.bands.iter().filter(|b| b.bottom > 0.0 && b.top < rows);
+        let first = seen.next()?;
+        let last = seen.last().unwrap_or(first);
+        Some((first.address(0.0), last.address(rows)))
     }
 }
 
 impl RegionBand {
+    /// The address at pixel row `y` (rows outside the band give its ends):
+    /// the inverse of [`RegionBand::y`].
+    pub fn address(&self, y: f64) -> u64 {
+        let t = ((y - self.top) / (self.bottom - self.top).max(1e-9)).clamp(0.0, 1.0);
+        self.start + (t * (self.end - self.start) as f64) as u64
+    }
+
     /// The pixel row of `address` (inside the band).
     pub fn y(&self, address: u64) -> f64 {
         let span = (self.end - self.start).max(1) as f64;

@@ -70,6 +70,9 @@ pub struct HeapMode {
     context_texture: Option<(egui::TextureHandle, PictureKey)>,
     /// Addresses to show once the picture's size is known (`--addresses`).
     addresses: Option<(u64, u64)>,
+    /// `--addresses` that no heap block lies in (said in the status line
+    /// instead of silently showing everything).
+    addresses_missed: Option<(u64, u64)>,
     forced_hover: Option<(u64, Option<usize>)>,
     ignore_pointer: bool,
 }
@@ -98,6 +101,7 @@ impl Plugin for HeapPlugin {
             texture: None,
             context_texture: None,
             addresses: o.addresses,
+            addresses_missed: None,
             forced_hover: o.screenshot.as_ref().and_then(|s| s.hover),
             ignore_pointer: o.screenshot.is_some() || o.bench.is_some(),
         })
@@ -214,8 +218,9 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     } else {
         ""
     };
-    let addresses = match m.picture.latest().and_then(|(_, p)| p.visible_addresses()) {
-        Some((lo, hi)) if m.view.rows != (0.0, ROWS) => format!("  ·  addresses {lo:#x}..{hi:#x}"),
+    let addresses = match (m.addresses_missed, m.picture.latest().and_then(|(_, p)| p.visible_addresses())) {
+        (Some((lo, hi)), _) => format!("  ·  no heap block lies in {lo:#x}..{hi:#x}: showing every address"),
+        (None, Some((lo, hi))) if m.view.rows != (0.0, ROWS) => format!("  ·  addresses {lo:#x}..{hi:#x}"),
         _ => String::new(),
     };
     format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}", l.model.metadata.argv.join(" "))
@@ -329,8 +334,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         |r: egui::Rect| ((r.width() * ppp).round().max(16.0) as u32, (r.height() * ppp).round().max(64.0) as u32);
     let size = pixels(rect);
     if let Some((lo, hi)) = m.addresses.take() {
-        if let Some((a, b)) = address_rows(&l.model.allocations, size.1, lo, hi) {
-            m.view.rows = (a * ROWS, b * ROWS);
+        match address_rows(&l.model.allocations, size.1, lo, hi) {
+            Some((a, b)) => m.view.rows = (a * ROWS, b * ROWS),
+            None => m.addresses_missed = Some((lo, hi)),
         }
     }
     let clock = m.axis.map_or(Clock::Events, |a| a.clock);
