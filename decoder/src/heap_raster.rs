@@ -196,7 +196,7 @@ impl HeapPicture {
         let rows = f64::from(self.occupancy_top.saturating_sub(OCCUPANCY_GAP));
         let mut seen = self.bands.iter().filter(|b| b.bottom > 0.0 && b.top < rows);
         let first = seen.next()?;
-        let last = seen.last().unwrap_or(first);
+        let last = seen.next_back().unwrap_or(first);
         Some((first.address(0.0), last.address(rows)))
     }
 }
