@@ -23,11 +23,11 @@ use std::collections::HashMap;
 
 use trace_rt::format::Event;
 
-use crate::reuse::BuildLineHasher;
+use crate::hashing::BuildFastHasher;
 
 /// Maps keyed by addresses and thread ids, on the per-call path: a cheap
 /// multiplicative hash instead of SipHash.
-type FastMap<K, V> = HashMap<K, V, BuildLineHasher>;
+type FastMap<K, V> = HashMap<K, V, BuildFastHasher>;
 
 use serde::Serialize;
 

@@ -357,9 +357,10 @@ fn working_set_stage(
     if column > next_block - pyramid.block_width() {
         pyramid.push(&spans.close_span(&mut set));
     }
+    let pyramid = pyramid.finish(column);
     // Lines still in the set at the end count as fetches too.
     set.drain(|d| LineObserver::departed(&mut fetches, d));
-    SetResults { fetches, max_rows, pyramid: pyramid.finish(column), snapshot_sets, site_fetches }
+    SetResults { fetches, max_rows, pyramid, snapshot_sets, site_fetches }
 }
 
 /// The stacks allocation records refer to, parsed from the string table

@@ -29,6 +29,7 @@ pub mod cursor;
 mod decode;
 pub mod diff;
 mod error;
+mod hashing;
 pub mod heap;
 pub mod heap_raster;
 pub mod inspect;

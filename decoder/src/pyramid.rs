@@ -50,15 +50,20 @@ impl SummaryCell {
         }
     }
 
-    /// Back to a span row.
+    /// Back to a span row. (Multiplying by reciprocals: a division costs
+    /// several multiplications, and every coarser level converts each cell
+    /// of the level below; the last-bit difference does not survive
+    /// quantizing again.)
     pub fn row(&self) -> SpanRow {
+        const PER_U16: f64 = 1.0 / 65535.0;
+        const PER_U8: f64 = 1.0 / 255.0;
         SpanRow {
-            occupancy: f64::from(self.occupancy) / 65535.0,
+            occupancy: f64::from(self.occupancy) * PER_U16,
             means: CellMeans {
-                fresh: f64::from(self.fresh) / 255.0,
-                fresh_bytes: f64::from(self.fresh_bytes) / 255.0,
-                fresh_distinct: f64::from(self.fresh_distinct) / 255.0,
-                tint: f64::from(self.tint) / 255.0,
+                fresh: f64::from(self.fresh) * PER_U8,
+                fresh_bytes: f64::from(self.fresh_bytes) * PER_U8,
+                fresh_distinct: f64::from(self.fresh_distinct) * PER_U8,
+                tint: f64::from(self.tint) * PER_U8,
             },
         }
     }
@@ -102,34 +107,47 @@ impl Level {
     /// The level above: pairs of blocks merged (`columns` in all).
     fn coarser(&self, columns: u64) -> Level {
         let width = 1u64 << self.shift;
-        let pair = |p: usize| {
-            let i = 2 * p;
-            let a = self.block(i);
-            let b = if i + 1 < self.blocks() { self.block(i + 1) } else { &[] };
-            let wa = width.min(columns.saturating_sub(i as u64 * width)) as f64;
-            let wb = width.min(columns.saturating_sub((i as u64 + 1) * width)) as f64;
-            merge(a, wa, b, wb)
+        // Pairs `range` merged into one run of cells, with each merged
+        // block's end in it; one merger's buffers serve every pair.
+        let merge_pairs = |range: std::ops::Range<usize>| {
+            let mut merger = RowMerger::default();
+            let (mut cells, mut ends) = (Vec::new(), Vec::with_capacity(range.len()));
+            for p in range {
+                let i = 2 * p;
+                let a = self.block(i);
+                let b = if i + 1 < self.blocks() { self.block(i + 1) } else { &[] };
+                let wa = width.min(columns.saturating_sub(i as u64 * width)) as f64;
+                let wb = width.min(columns.saturating_sub((i as u64 + 1) * width)) as f64;
+                merger.clear();
+                merger.add(a.iter().map(SummaryCell::row), wa);
+                merger.add(b.iter().map(SummaryCell::row), wb);
+                cells.extend(merger.finish().iter().map(SummaryCell::from_row));
+                ends.push(cells.len() as u32);
+            }
+            (cells, ends)
         };
         let pairs = self.blocks().div_ceil(2);
         // The levels are built when decoding ends, while the other thread
         // waits: long levels are merged half on each core.
-        let merged: Vec<Vec<SummaryCell>> = if pairs >= PARALLEL_PAIRS {
+        let parts = if pairs >= PARALLEL_PAIRS {
             let half = pairs / 2;
             std::thread::scope(|scope| {
-                let upper = scope.spawn(|| (half..pairs).map(pair).collect::<Vec<_>>());
-                let mut lower: Vec<Vec<SummaryCell>> = (0..half).map(pair).collect();
+                let upper = scope.spawn(|| merge_pairs(half..pairs));
+                let lower = merge_pairs(0..half);
                 match upper.join() {
-                    Ok(rest) => lower.extend(rest),
+                    Ok(upper) => vec![lower, upper],
                     Err(panic) => std::panic::resume_unwind(panic),
                 }
-                lower
             })
         } else {
-            (0..pairs).map(pair).collect()
+            vec![merge_pairs(0..pairs)]
         };
         let mut up = Level::new(self.shift + 1);
-        for cells in merged {
-            up.push(cells);
+        up.cells.reserve(parts.iter().map(|(cells, _)| cells.len()).sum());
+        for (cells, ends) in parts {
+            let base = up.cells.len() as u32;
+            up.offsets.extend(ends.iter().map(|&end| base + end));
+            up.cells.extend(cells);
         }
         up
     }
@@ -137,14 +155,6 @@ impl Level {
 
 /// Block pairs from which a level is merged on two threads.
 const PARALLEL_PAIRS: usize = 256;
-
-/// Two adjacent blocks as one ([`RowMerger`]).
-fn merge(a: &[SummaryCell], wa: f64, b: &[SummaryCell], wb: f64) -> Vec<SummaryCell> {
-    let mut merger = RowMerger::default();
-    merger.add(a.iter().map(SummaryCell::row), wa);
-    merger.add(b.iter().map(SummaryCell::row), wb);
-    merger.finish().iter().map(SummaryCell::from_row).collect()
-}
 
 /// The summary: level 0 finest.
 #[derive(Clone, Debug, Default)]

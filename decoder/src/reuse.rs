@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::hashing::BuildLineHasher;
+
 /// Histogram of reuse distances in power-of-two buckets.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ReuseHistogram {
@@ -256,39 +258,6 @@ fn mark_thread(mask: &mut u64, thread: usize) -> bool {
 
 /// Fewest time slots of the mark bitmap.
 const MIN_SLOTS: usize = 1 << 16;
-
-/// A cheap hasher for line numbers (multiplicative; lines are not
-/// adversarial input, and SipHash costs more than the rest of an access).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct BuildLineHasher;
-
-impl std::hash::BuildHasher for BuildLineHasher {
-    type Hasher = LineHasher;
-    fn build_hasher(&self) -> LineHasher {
-        LineHasher(0)
-    }
-}
-
-/// See [`BuildLineHasher`].
-#[derive(Clone, Copy, Default)]
-pub struct LineHasher(u64);
-
-impl std::hash::Hasher for LineHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(v.into());
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -26,8 +26,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::hashing::BuildFastHasher;
 use crate::lines::{LineSize, byte_mask};
-use crate::reuse::BuildLineHasher;
 use crate::spans::LineSums;
 
 /// Configuration of the working set.
@@ -233,37 +233,56 @@ impl LineStore for SortedLines {
     }
 }
 
-/// Lines in a hash map: no order, O(1) updates.
+/// Lines in a dense vector (no order) with a hash index from line number to
+/// position: O(1) updates, and visiting every line (once per summary
+/// block) walks contiguous memory instead of a sparse hash table of large
+/// entries. A removal moves the last line into the hole.
 #[derive(Clone, Debug, Default)]
-pub struct HashedLines(HashMap<u64, LineState, BuildLineHasher>);
+pub struct HashedLines {
+    index: HashMap<u64, u32, BuildFastHasher>,
+    lines: Vec<LineState>,
+}
 
 impl LineStore for HashedLines {
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
-        self.0.get_mut(&line)
+        let &i = self.index.get(&line)?;
+        self.lines.get_mut(i as usize)
     }
     fn insert(&mut self, state: LineState) {
-        self.0.insert(state.line, state);
+        match self.index.get(&state.line) {
+            Some(&i) => self.lines[i as usize] = state,
+            None => {
+                self.index.insert(state.line, self.lines.len() as u32);
+                self.lines.push(state);
+            }
+        }
     }
     fn remove(&mut self, line: u64) -> Option<LineState> {
-        self.0.remove(&line)
+        let i = self.index.remove(&line)? as usize;
+        let state = self.lines.swap_remove(i);
+        if let Some(moved) = self.lines.get(i) {
+            self.index.insert(moved.line, i as u32);
+        }
+        Some(state)
     }
     fn len(&self) -> usize {
-        self.0.len()
+        self.lines.len()
     }
     fn sorted(&self) -> Vec<LineState> {
-        let mut v: Vec<LineState> = self.0.values().copied().collect();
+        let mut v = self.lines.clone();
         v.sort_unstable_by_key(|l| l.line);
         v
     }
     fn take_all(&mut self) -> Vec<LineState> {
-        self.0.drain().map(|(_, s)| s).collect()
+        self.index.clear();
+        std::mem::take(&mut self.lines)
     }
     fn for_each(&self, visit: impl FnMut(&LineState)) {
-        self.0.values().for_each(visit)
+        self.lines.iter().for_each(visit)
     }
     fn for_each_mut(&mut self, visit: impl FnMut(&mut LineState)) {
-        self.0.values_mut().for_each(visit)
+        self.lines.iter_mut().for_each(visit)
     }
 }
 
@@ -277,9 +296,19 @@ pub struct WorkingSet<S: LineStore> {
     seq: u64,
     /// Reads applied so far: the column of the next read.
     reads: u64,
-    /// (seq, line) in refresh order; an entry is stale when the line's
-    /// current `seq` differs (it was refreshed again, or left).
-    lru: VecDeque<(u64, u64)>,
+    /// Refreshes in order; an entry is stale when its line's current `seq`
+    /// differs (it was refreshed again, or left).
+    lru: VecDeque<Refresh>,
+}
+
+/// One refresh of a line, as the LRU order keeps it.
+#[derive(Clone, Copy, Debug)]
+struct Refresh {
+    seq: u64,
+    line: u64,
+    /// The miss clock at the refresh: the line's `last_touch` while the
+    /// entry is current, so the age test needs no lookup.
+    last_touch: u64,
 }
 
 /// A working set with rows in address order, for drawing.
@@ -308,8 +337,9 @@ impl<S: LineStore> WorkingSet<S> {
         for l in lines {
             set.store.insert(*l);
         }
-        let mut order: Vec<(u64, u64)> = lines.iter().map(|l| (l.seq, l.line)).collect();
-        order.sort_unstable();
+        let mut order: Vec<Refresh> =
+            lines.iter().map(|l| Refresh { seq: l.seq, line: l.line, last_touch: l.last_touch }).collect();
+        order.sort_unstable_by_key(|r| r.seq);
         set.lru = order.into();
         set.seq = lines.iter().map(|l| l.seq).max().unwrap_or(0);
         set.clock = clock;
@@ -397,7 +427,7 @@ impl<S: LineStore> WorkingSet<S> {
                 self.seq += 1;
                 l.last_touch = self.clock;
                 l.seq = self.seq;
-                self.lru.push_back((self.seq, line));
+                self.lru.push_back(Refresh { seq: self.seq, line, last_touch: self.clock });
             }
             effect.hits += 1;
             return;
@@ -415,7 +445,7 @@ impl<S: LineStore> WorkingSet<S> {
         };
         observer.inserted(&mut state);
         self.store.insert(state);
-        self.lru.push_back((self.seq, line));
+        self.lru.push_back(Refresh { seq: self.seq, line, last_touch: self.clock });
         effect.inserted += 1;
         self.expire(observer);
     }
@@ -424,24 +454,17 @@ impl<S: LineStore> WorkingSet<S> {
     /// while the set is over `max_rows`.
     fn expire(&mut self, observer: &mut impl LineObserver) {
         let max_age = u64::from(self.config.max_age);
-        while let Some(&(seq, line)) = self.lru.front() {
-            let (last_touch, current) = match self.store.get_mut(line) {
-                Some(l) => (l.last_touch, l.seq == seq),
-                None => (0, false),
-            };
-            if !current {
-                self.lru.pop_front();
-                continue;
-            }
-            // Refresh order is touch order, so the front line is also the
-            // one with the oldest `last_touch`.
-            let too_old = self.clock - last_touch >= max_age;
+        while let Some(&front) = self.lru.front() {
+            // Refresh order is touch order: when the front entry is young
+            // enough, so is every line, and only the row cap can evict
+            // (this test runs on every miss, without a lookup).
             let over_cap = self.store.len() > self.config.max_rows as usize;
-            if !too_old && !over_cap {
+            if !over_cap && self.clock - front.last_touch < max_age {
                 break;
             }
             self.lru.pop_front();
-            if let Some(state) = self.store.remove(line) {
+            let current = self.store.get_mut(front.line).is_some_and(|l| l.seq == front.seq);
+            if current && let Some(state) = self.store.remove(front.line) {
                 observer.departed(Departure { state });
             }
         }
