@@ -64,8 +64,11 @@ impl ReuseHistogram {
 struct LineEntry {
     /// Time of the last read ([`NOT_READ`] for lines only written so far).
     last_read: u32,
-    /// Threads (by slot, the first 64) that touched the line.
-    threads: u64,
+    /// Threads (by slot, the first [`MASKED_THREADS`]) that touched the
+    /// line. 32 bits, not 64: with them an entry and its key take 16 bytes
+    /// instead of 24, and this map of every line the trace touched is what
+    /// outgrows the CPU's caches first.
+    threads: u32,
 }
 
 const NOT_READ: u32 = u32::MAX;
@@ -75,7 +78,7 @@ const NOT_READ: u32 = u32::MAX;
 /// affords one lookup per access, not two).
 pub struct ReuseDistance {
     lines: HashMap<u64, LineEntry, BuildLineHasher>,
-    /// Distinct lines of threads beyond the 64 the bit masks hold.
+    /// Distinct lines of threads beyond the ones the bit masks hold.
     overflow: HashMap<usize, std::collections::HashSet<u64, BuildLineHasher>>,
     /// One bit per time slot: set when it is some line's last read.
     marks: Vec<u64>,
@@ -162,7 +165,7 @@ impl ReuseDistance {
     }
 
     fn note_overflow(&mut self, line: u64, thread: usize) {
-        if thread >= 64 {
+        if thread >= MASKED_THREADS {
             self.overflow.entry(thread).or_default().insert(line);
         }
     }
@@ -174,7 +177,7 @@ impl ReuseDistance {
 
     /// Distinct lines read or written by thread slot `thread`.
     pub fn distinct_lines_of(&self, thread: usize) -> u64 {
-        if thread >= 64 {
+        if thread >= MASKED_THREADS {
             return self.overflow.get(&thread).map_or(0, |s| s.len() as u64);
         }
         self.lines.values().filter(|e| e.threads & (1 << thread) != 0).count() as u64
@@ -246,15 +249,19 @@ impl ReuseDistance {
 /// Sets the bit of `thread` (if it has one); true when it was not set
 /// (always true for threads beyond the mask, whose sets dedupe).
 #[inline]
-fn mark_thread(mask: &mut u64, thread: usize) -> bool {
-    if thread >= 64 {
+fn mark_thread(mask: &mut u32, thread: usize) -> bool {
+    if thread >= MASKED_THREADS {
         return true;
     }
-    let bit = 1u64 << thread;
+    let bit = 1u32 << thread;
     let new = *mask & bit == 0;
     *mask |= bit;
     new
 }
+
+/// Threads whose lines the per-line masks mark; the others' lines are
+/// kept in sets of their own.
+const MASKED_THREADS: usize = 32;
 
 /// Fewest time slots of the mark bitmap.
 const MIN_SLOTS: usize = 1 << 16;
@@ -293,10 +300,16 @@ mod tests {
         r.access(2, 1);
         r.write(4, 70);
         r.access(5, 70);
+        // The last masked thread and the first beyond the masks.
+        r.access(1, MASKED_THREADS - 1);
+        r.write(1, MASKED_THREADS);
+        r.access(1, MASKED_THREADS);
         assert_eq!(r.distinct_lines(), 5);
         assert_eq!(r.distinct_lines_of(0), 2);
         assert_eq!(r.distinct_lines_of(1), 2);
         assert_eq!(r.distinct_lines_of(70), 2);
+        assert_eq!(r.distinct_lines_of(MASKED_THREADS - 1), 1);
+        assert_eq!(r.distinct_lines_of(MASKED_THREADS), 1);
         assert_eq!(r.histogram().cold, 3, "lines 1, 2 and 5; the read of 2 by thread 1 is warm");
     }
 
