@@ -295,8 +295,10 @@ fn convert_while_running(
 struct RecordConverter {
     /// Threads seen (few: a list).
     threads: Vec<u32>,
-    /// One string per distinct stack: call paths repeat.
-    stacks: std::collections::HashMap<Vec<u64>, u32>,
+    /// One string per distinct stack (call paths repeat), by its frames;
+    /// a cheap hash: one lookup per call, and SipHash over eight words
+    /// showed in profiles.
+    stacks: std::collections::HashMap<Vec<u64>, u32, foldhash::fast::RandomState>,
     /// Moves of the program break.
     breaks: u64,
     /// The custom allocator functions, by their index in the agent's

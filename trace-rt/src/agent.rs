@@ -166,6 +166,12 @@ const MAX_PARKED: usize = 1 << 22;
 /// the numbers before them have come.
 pub struct AgentLogStream {
     map: memmap2::MmapRaw,
+    /// The log file, to give the memory of chunks read to the end back
+    /// (the log lives in /dev/shm: a long run would otherwise keep every
+    /// record it wrote in memory); `None` once that failed.
+    file: Option<std::fs::File>,
+    /// Chunks read to their end whose memory is not given back yet.
+    read_chunks: Vec<u64>,
     /// Bytes of a record with its stack; 0 until the agent has started.
     record_bytes: usize,
     /// Where the next claimed chunk starts.
@@ -179,6 +185,8 @@ pub struct AgentLogStream {
     next_seq: u64,
     /// Records handed over.
     delivered: u64,
+    /// Records that came before one numbered lower and waited for it.
+    waited: u64,
     /// The record handed to the caller, reused.
     current: AgentRecord,
 }
@@ -194,12 +202,15 @@ impl AgentLogStream {
             .map_err(AgentLogError::Io)?;
         Ok(AgentLogStream {
             map,
+            file: file.try_clone().ok(),
+            read_chunks: Vec::new(),
             record_bytes: 0,
             next_chunk: HEADER_BYTES,
             open: Vec::new(),
             parked: Default::default(),
             next_seq: 0,
             delivered: 0,
+            waited: 0,
             current: AgentRecord::default(),
         })
     }
@@ -254,6 +265,7 @@ impl AgentLogStream {
                     // In order (always, with one thread): no parking.
                     delivered += self.hand_over(seq, at, deliver);
                 } else {
+                    self.waited += 1;
                     self.parked.push(std::cmp::Reverse((seq, at)));
                 }
                 at += bytes;
@@ -264,7 +276,10 @@ impl AgentLogStream {
                 self.open[i].1 = at;
                 i += 1;
             } else {
-                self.open.swap_remove(i);
+                // In claim order, not swapped: a thread's chunks are read
+                // in the order it filled them, or its records would park.
+                self.open.remove(i);
+                self.read_chunks.push(end - CHUNK_BYTES as u64);
             }
         }
         while let Some(&std::cmp::Reverse((seq, at))) = self.parked.peek() {
@@ -276,8 +291,37 @@ impl AgentLogStream {
             self.parked.pop();
             delivered += self.hand_over(seq, at, deliver);
         }
+        self.release_read_chunks();
         self.delivered += delivered;
         Ok(delivered)
+    }
+
+    /// Gives back the memory of the chunks read to their end (their threads
+    /// have moved on to other chunks, so nothing writes there again), once
+    /// no parked record, which is read from its chunk when handed over,
+    /// can be in them.
+    fn release_read_chunks(&mut self) {
+        if !self.parked.is_empty() {
+            return;
+        }
+        for start in self.read_chunks.drain(..) {
+            let Some(file) = &self.file else { break };
+            use std::os::fd::AsRawFd;
+            // SAFETY: a plain system call on a file descriptor this stream
+            // owns; no memory is passed.
+            let punched = unsafe {
+                libc::fallocate(
+                    file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    start as libc::off_t,
+                    CHUNK_BYTES as libc::off_t,
+                )
+            };
+            if punched != 0 {
+                // A file system without holes: the memory stays until the end.
+                self.file = None;
+            }
+        }
     }
 
     /// Hands the record `seq` at `at` over; returns 1 if it was readable.
@@ -327,6 +371,12 @@ impl AgentLogStream {
     /// Records handed over so far.
     pub fn delivered(&self) -> u64 {
         self.delivered
+    }
+
+    /// Records that came before one numbered lower (another thread's, not
+    /// complete yet) and waited for it: none with one thread.
+    pub fn waited(&self) -> u64 {
+        self.waited
     }
 
     /// Calls the agent could not record (its log filled its file system).
@@ -415,6 +465,49 @@ mod tests {
         write(&file, 0, &[record(0, 16, true), record(1, 3, true)], 1, 2);
         stream.poll(true, &mut |r| kinds.push((r.kind, r.tid))).expect("poll");
         assert_eq!(kinds, vec![(AgentKind::New, 42), (AgentKind::Format(crate::format::AllocKind::Free), 42)]);
+    }
+
+    #[test]
+    fn one_threads_chunks_are_read_in_the_order_it_filled_them() {
+        let file = tempfile::tempfile().expect("temp file");
+        let mut stream = AgentLogStream::create(&file).expect("map");
+        let per_chunk = (CHUNK_BYTES / RECORD_BYTES) as u64;
+        let chunk = |c: u64, complete: bool| -> Vec<Vec<u8>> {
+            (0..per_chunk).map(|i| record(c * per_chunk + i, 0, complete || i == 0)).collect()
+        };
+        // The first poll finds chunk 0 begun; by the next one the thread
+        // has filled it and three more.
+        write(&file, 0, &chunk(0, false), 1, 1);
+        assert_eq!(poll(&mut stream, false), vec![0]);
+        write(&file, 0, &chunk(0, true), 4, 4 * per_chunk);
+        for c in 1..4 {
+            write(&file, c, &chunk(c, true), 4, 4 * per_chunk);
+        }
+        let seqs = poll(&mut stream, false);
+        assert_eq!(seqs, (1..4 * per_chunk).collect::<Vec<_>>());
+        assert_eq!(stream.waited(), 0, "no record of a lone thread waits for another");
+    }
+
+    #[test]
+    fn chunks_read_to_their_end_give_their_memory_back() {
+        // Where the log lives when recording (tmpfs).
+        let Ok(file) = tempfile::tempfile_in("/dev/shm") else { return };
+        use std::os::unix::fs::MetadataExt;
+        let blocks = |file: &std::fs::File| file.metadata().expect("metadata").blocks() * 512;
+        let mut stream = AgentLogStream::create(&file).expect("map");
+        let per_chunk = (CHUNK_BYTES / RECORD_BYTES) as u64;
+        for c in 0..8 {
+            let records: Vec<Vec<u8>> = (0..per_chunk).map(|i| record(c * per_chunk + i, 0, true)).collect();
+            write(&file, c, &records, 8, 8 * per_chunk);
+        }
+        // The last chunk is not full yet: its thread is still writing.
+        write(&file, 8, &[record(8 * per_chunk, 0, true)], 9, 8 * per_chunk + 1);
+        let before = blocks(&file);
+        assert!(before >= 8 * CHUNK_BYTES as u64, "the records take memory: {before}");
+        assert_eq!(poll(&mut stream, false).len() as u64, 8 * per_chunk + 1);
+        let after = blocks(&file);
+        assert!(after <= before - 8 * CHUNK_BYTES as u64, "eight chunks given back: {before} -> {after} bytes");
+        assert!(after >= CHUNK_BYTES as u64 / 16, "the chunk being written keeps its memory");
     }
 
     #[test]
