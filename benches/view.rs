@@ -33,6 +33,13 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 }
 
 fn main() {
+    // `--write-only PATH READS`: just the trace, to open by hand (with
+    // LINETRACE_BENCH_TRACE=1 the session prints each zoom step's frames).
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--write-only") {
+        write_trace(PathBuf::from(&args[i + 1]).as_path(), args[i + 2].parse().expect("reads"), Pattern::MissHeavy);
+        return;
+    }
     let linetrace = env!("CARGO_BIN_EXE_linetrace");
     let sizes: Vec<u64> = std::env::var("LINETRACE_BENCH_READS")
         .ok()

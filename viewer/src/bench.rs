@@ -88,7 +88,7 @@ impl Plugin for BenchPlugin {
             }
             b.frame_start = now;
         })
-        .add_systems(Last, step);
+        .add_systems(Last, step.before(crate::ViewCommandsApplied));
     }
 }
 

@@ -205,6 +205,11 @@ pub struct ViewerPlugin {
     pub options: ViewerOptions,
 }
 
+/// Where the trace view applies the frame's [`ViewCommand`]s: systems that
+/// send commands in `Last` run before it.
+#[derive(SystemSet, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ViewCommandsApplied;
+
 /// Columns to fit once the trace is decoded.
 #[derive(Resource)]
 struct StartView(Option<(u64, u64)>);
@@ -230,11 +235,12 @@ impl Plugin for ViewerPlugin {
             .add_message::<ViewCommand>()
             .add_message::<search::SearchCommand>()
             .init_resource::<ui::Activity>()
-            .add_systems(
-                Update,
-                (session::poll_decoding, start_view, search::apply_search_commands, apply_view_commands).chain(),
-            )
-            .add_systems(EguiPrimaryContextPass, ui::ui_system);
+            .add_systems(Update, (session::poll_decoding, start_view, search::apply_search_commands).chain())
+            .add_systems(EguiPrimaryContextPass, ui::ui_system)
+            // The frame's commands (the UI's, a script's) applied at its
+            // end, and the new view's picture started there, not a frame
+            // later.
+            .add_systems(Last, (apply_view_commands, ui::render_ahead).chain().in_set(ViewCommandsApplied));
     }
 }
 
