@@ -145,6 +145,12 @@ pub enum AgentLogError {
     Damaged(u64),
 }
 
+/// Bytes of log allocated ahead of the program's writing.
+const ALLOCATE_AHEAD: u64 = 16 << 20;
+
+/// Chunks read to their end whose memory is given back at once (4 MiB).
+const RELEASE_BATCH: usize = 64;
+
 /// Bytes of the log file: the agent's whole capacity, sparse (only
 /// written pages take room).
 pub const LOG_CAPACITY: u64 = 64 << 30;
@@ -170,6 +176,8 @@ pub struct AgentLogStream {
     /// (the log lives in /dev/shm: a long run would otherwise keep every
     /// record it wrote in memory); `None` once that failed.
     file: Option<std::fs::File>,
+    /// The log's memory is allocated up to here (by [`Self::allocate_ahead`]).
+    allocated: u64,
     /// Chunks read to their end whose memory is not given back yet.
     read_chunks: Vec<u64>,
     /// Bytes of a record with its stack; 0 until the agent has started.
@@ -200,10 +208,11 @@ impl AgentLogStream {
             .len(LOG_CAPACITY as usize)
             .map_raw_read_only(file)
             .map_err(AgentLogError::Io)?;
-        Ok(AgentLogStream {
+        let mut stream = AgentLogStream {
             map,
             file: file.try_clone().ok(),
             read_chunks: Vec::new(),
+            allocated: 0,
             record_bytes: 0,
             next_chunk: HEADER_BYTES,
             open: Vec::new(),
@@ -212,7 +221,10 @@ impl AgentLogStream {
             delivered: 0,
             waited: 0,
             current: AgentRecord::default(),
-        })
+        };
+        // The program's first records land in memory allocated already.
+        stream.allocate_ahead(HEADER_BYTES);
+        Ok(stream)
     }
 
     /// The 8-byte word at `offset` (volatile: the program writes it).
@@ -249,6 +261,7 @@ impl AgentLogStream {
             };
         }
         let claimed = self.word(8).min(LOG_CAPACITY);
+        self.allocate_ahead(claimed);
         while self.next_chunk + CHUNK_BYTES as u64 <= claimed {
             self.open.push((self.next_chunk + CHUNK_BYTES as u64, self.next_chunk));
             self.next_chunk += CHUNK_BYTES as u64;
@@ -296,15 +309,52 @@ impl AgentLogStream {
         Ok(delivered)
     }
 
+    /// Allocates the log's memory ahead of the chunks the program has
+    /// claimed: the kernel zeroes new pages, and this way it does so on
+    /// linetrace's core, not in the program's allocator calls (which then
+    /// only map pages that exist).
+    fn allocate_ahead(&mut self, claimed: u64) {
+        let want = (claimed + ALLOCATE_AHEAD).min(LOG_CAPACITY);
+        if want < self.allocated + ALLOCATE_AHEAD / 2 {
+            return;
+        }
+        let Some(file) = &self.file else { return };
+        let from = self.allocated.max(claimed);
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a file descriptor this stream
+        // owns; no memory is passed.
+        let done = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                from as libc::off_t,
+                (want - from) as libc::off_t,
+            )
+        };
+        // Without it (no memory to spare, another file system) the program
+        // allocates the pages itself, as before.
+        self.allocated = if done == 0 { want } else { LOG_CAPACITY };
+    }
+
     /// Gives back the memory of the chunks read to their end (their threads
     /// have moved on to other chunks, so nothing writes there again), once
     /// no parked record, which is read from its chunk when handed over,
     /// can be in them.
     fn release_read_chunks(&mut self) {
-        if !self.parked.is_empty() {
+        // In batches of adjacent chunks: each hole punched takes the file's
+        // lock, which the program's page faults in the log also take.
+        if !self.parked.is_empty() || self.read_chunks.len() < RELEASE_BATCH {
             return;
         }
+        self.read_chunks.sort_unstable();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
         for start in self.read_chunks.drain(..) {
+            match ranges.last_mut() {
+                Some((_, end)) if *end == start => *end += CHUNK_BYTES as u64,
+                _ => ranges.push((start, start + CHUNK_BYTES as u64)),
+            }
+        }
+        for (start, end) in ranges {
             let Some(file) = &self.file else { break };
             use std::os::fd::AsRawFd;
             // SAFETY: a plain system call on a file descriptor this stream
@@ -314,7 +364,7 @@ impl AgentLogStream {
                     file.as_raw_fd(),
                     libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                     start as libc::off_t,
-                    CHUNK_BYTES as libc::off_t,
+                    (end - start) as libc::off_t,
                 )
             };
             if punched != 0 {
@@ -489,24 +539,27 @@ mod tests {
     }
 
     #[test]
-    fn chunks_read_to_their_end_give_their_memory_back() {
+    fn the_logs_memory_is_allocated_ahead_and_given_back_behind() {
         // Where the log lives when recording (tmpfs).
         let Ok(file) = tempfile::tempfile_in("/dev/shm") else { return };
         use std::os::unix::fs::MetadataExt;
         let blocks = |file: &std::fs::File| file.metadata().expect("metadata").blocks() * 512;
         let mut stream = AgentLogStream::create(&file).expect("map");
+        assert!(blocks(&file) >= ALLOCATE_AHEAD, "memory for the first records is allocated before the program runs");
         let per_chunk = (CHUNK_BYTES / RECORD_BYTES) as u64;
-        for c in 0..8 {
+        // One batch of full chunks, and the chunk its thread is still
+        // writing.
+        let full = RELEASE_BATCH as u64;
+        for c in 0..full {
             let records: Vec<Vec<u8>> = (0..per_chunk).map(|i| record(c * per_chunk + i, 0, true)).collect();
-            write(&file, c, &records, 8, 8 * per_chunk);
+            write(&file, c, &records, full, full * per_chunk);
         }
-        // The last chunk is not full yet: its thread is still writing.
-        write(&file, 8, &[record(8 * per_chunk, 0, true)], 9, 8 * per_chunk + 1);
+        write(&file, full, &[record(full * per_chunk, 0, true)], full + 1, full * per_chunk + 1);
         let before = blocks(&file);
-        assert!(before >= 8 * CHUNK_BYTES as u64, "the records take memory: {before}");
-        assert_eq!(poll(&mut stream, false).len() as u64, 8 * per_chunk + 1);
+        assert!(before >= full * CHUNK_BYTES as u64, "the records take memory: {before}");
+        assert_eq!(poll(&mut stream, false).len() as u64, full * per_chunk + 1);
         let after = blocks(&file);
-        assert!(after <= before - 8 * CHUNK_BYTES as u64, "eight chunks given back: {before} -> {after} bytes");
+        assert!(after <= before - full * CHUNK_BYTES as u64, "the full chunks given back: {before} -> {after} bytes");
         assert!(after >= CHUNK_BYTES as u64 / 16, "the chunk being written keeps its memory");
     }
 
