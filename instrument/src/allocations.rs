@@ -90,10 +90,12 @@ impl Drop for Scratch {
 
 /// Where the agent's log goes: memory (tmpfs) when it has room, as page
 /// faults on a disk file's shared mapping cost several times more; the
-/// temporary directory otherwise (containers often give /dev/shm 64 MiB,
-/// a few hundred thousand calls). Either way, a log that fills its file
-/// system stops recording (the calls are counted dropped) rather than
-/// crash the program.
+/// temporary directory otherwise (containers often give /dev/shm 64 MiB).
+/// The log takes little room while linetrace keeps up (what is read is
+/// given back, [`AgentLogStream`]), but a program faster than the
+/// conversion piles records up: hence the margin. Either way, a log that
+/// fills its file system stops recording (the calls are counted dropped)
+/// rather than crash the program.
 fn scratch_dir() -> PathBuf {
     const ROOM: u64 = 1 << 30;
     let shm = Path::new("/dev/shm");

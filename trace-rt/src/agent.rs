@@ -170,6 +170,11 @@ const MAX_PARKED: usize = 1 << 22;
 /// in order, so per chunk a cursor marks how far it is read; records of
 /// different threads arrive out of their global order and are parked until
 /// the numbers before them have come.
+///
+/// The file is as large as the agent may ever write, but holds little:
+/// memory is allocated a little ahead of the chunks the program claims
+/// (the kernel's page zeroing then runs here, not in the program's calls),
+/// and chunks read to their end are given back.
 pub struct AgentLogStream {
     map: memmap2::MmapRaw,
     /// The log file, to give the memory of chunks read to the end back
