@@ -151,6 +151,18 @@ const ALLOCATE_AHEAD: u64 = 16 << 20;
 /// Chunks read to their end whose memory is given back at once (4 MiB).
 const RELEASE_BATCH: usize = 64;
 
+/// `fallocate(2)` with `mode` on bytes `start..end` of `file`; true when
+/// it did.
+fn fallocate(file: &std::fs::File, mode: libc::c_int, start: u64, end: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (libc::off_t::try_from(start), libc::off_t::try_from(end.saturating_sub(start))) else {
+        return false;
+    };
+    // SAFETY: a plain system call on an open file descriptor; no memory is
+    // passed.
+    unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) == 0 }
+}
+
 /// Bytes of the log file: the agent's whole capacity, sparse (only
 /// written pages take room).
 pub const LOG_CAPACITY: u64 = 64 << 30;
@@ -325,20 +337,10 @@ impl AgentLogStream {
         }
         let Some(file) = &self.file else { return };
         let from = self.allocated.max(claimed);
-        use std::os::fd::AsRawFd;
-        // SAFETY: a plain system call on a file descriptor this stream
-        // owns; no memory is passed.
-        let done = unsafe {
-            libc::fallocate(
-                file.as_raw_fd(),
-                libc::FALLOC_FL_KEEP_SIZE,
-                from as libc::off_t,
-                (want - from) as libc::off_t,
-            )
-        };
         // Without it (no memory to spare, another file system) the program
-        // allocates the pages itself, as before.
-        self.allocated = if done == 0 { want } else { LOG_CAPACITY };
+        // allocates the pages itself.
+        let done = fallocate(file, libc::FALLOC_FL_KEEP_SIZE, from, want);
+        self.allocated = if done { want } else { LOG_CAPACITY };
     }
 
     /// Gives back the memory of the chunks read to their end (their threads
@@ -361,18 +363,7 @@ impl AgentLogStream {
         }
         for (start, end) in ranges {
             let Some(file) = &self.file else { break };
-            use std::os::fd::AsRawFd;
-            // SAFETY: a plain system call on a file descriptor this stream
-            // owns; no memory is passed.
-            let punched = unsafe {
-                libc::fallocate(
-                    file.as_raw_fd(),
-                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                    start as libc::off_t,
-                    (end - start) as libc::off_t,
-                )
-            };
-            if punched != 0 {
+            if !fallocate(file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, start, end) {
                 // A file system without holes: the memory stays until the end.
                 self.file = None;
             }
