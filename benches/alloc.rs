@@ -19,6 +19,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../tests/common/pool_flags.rs"]
+mod pool_flags;
+
 const ROUNDS: usize = 3;
 
 fn timed(cmd: &mut Command) -> Option<(Duration, String)> {
@@ -114,15 +117,8 @@ fn pool_cost(dir: &Path, linetrace: &str) {
         record
             .args(["record", "--force", "--allocations", "-o"])
             .arg(&trace)
-            .args([
-                "--alloc-fn",
-                "pool_alloc:size=ARG2,arena=ARG1",
-                "--alloc-fn",
-                "pool_free:free=ARG2",
-                "--alloc-fn",
-                "pool_reset:reset=ARG1",
-                "--",
-            ])
+            .args(pool_flags::POOL_ALLOC_FNS)
+            .arg("--")
             .arg(&bin)
             .arg(rounds);
         if let Some((t, _)) = timed(&mut record) {
