@@ -41,9 +41,12 @@ pub enum Command {
     /// IFUNC (strlen, memcpy: glibc picks an implementation for the CPU at
     /// load time) is traced in the implementation the program really calls.
     ///
-    /// Threads: only the thread that entered the function is traced; other
-    /// threads run freely (threads it creates too). Their entries into the
-    /// function meanwhile are not traced; they are counted and reported.
+    /// Threads: with the rewrite backend every thread that enters the
+    /// function is traced, each on its own stream, at the same time as the
+    /// others. The ptrace backend single-steps one thread at a time: entries
+    /// by other threads meanwhile are not traced; they are counted and
+    /// reported. Threads created inside the traced call run natively (they
+    /// are traced when they enter the function themselves).
     ///
     /// The program's stdin, stdout and stderr pass through, and linetrace
     /// exits with its exit code (128 + signal if it was killed). It runs with
@@ -361,6 +364,14 @@ pub struct DecodeArgs {
     /// machine's last level from sysfs, else 8M,16,64).
     #[arg(long = "ll", value_name = "SIZE,WAYS,LINE", value_parser = parse_cache)]
     pub ll: Option<decoder::cache::CacheGeometry>,
+    /// Whose reads make the columns: a thread id, `busiest` (the thread
+    /// with the most reads) or `all` (every thread's, in the order they were
+    /// written). Threads traced at the same time each have their own order
+    /// and their own core's cache, so by default one thread is shown; the
+    /// others' allocations still name the rows. `report` lists every
+    /// thread's reads.
+    #[arg(long, value_name = "TID|busiest|all", default_value = "busiest")]
+    pub thread: decoder::timeline::ThreadChoice,
 }
 
 /// Parses a cache geometry argument.
@@ -664,6 +675,7 @@ impl DecodeArgs {
                     .or_else(decoder::cache::CacheGeometry::host_last_level)
                     .unwrap_or(decoder::cache::CacheGeometry::LL),
             },
+            thread: self.thread,
             ..Default::default()
         }
     }

@@ -214,7 +214,8 @@ pub fn skipped_note(skipped: &std::collections::BTreeMap<u32, u64>) -> Option<St
     let total: u64 = skipped.values().sum();
     (total > 0).then(|| {
         format!(
-            "{total} invocation(s) on {} other thread(s) were not traced (one thread is stepped at a time)",
+            "{total} invocation(s) on {} thread(s) were not traced (made while another thread was single-stepped, \
+             or by code the traced call runs natively)",
             skipped.len()
         )
     })

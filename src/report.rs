@@ -5,6 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use decoder::symbols::Symbolizer;
 use decoder::tables::{AccessRow, AllocationSiteRow, Grouping, access_table, allocation_table};
+use decoder::timeline::ThreadCensus;
 use serde::Serialize;
 use trace_rt::format::TraceEnd;
 
@@ -27,6 +28,11 @@ struct Report<'a> {
     skipped_invocations: u64,
     columns: u64,
     line_size: u32,
+    /// The thread whose reads are the columns (absent: every thread's).
+    timeline: Option<u32>,
+    /// Reads, writes and invocations of every thread, when one was chosen
+    /// or looked for.
+    census: Option<&'a std::collections::BTreeMap<u32, ThreadCensus>>,
     threads: &'a std::collections::BTreeMap<u32, decoder::totals::Totals>,
     total: &'a decoder::totals::Totals,
     metrics: &'a decoder::model::Metrics,
@@ -54,6 +60,29 @@ struct DamageRow {
     offset: u64,
     bytes: u64,
     what: String,
+}
+
+/// Which thread the columns are, and what every thread did.
+fn write_timeline(
+    out: &mut dyn Write,
+    shown: u32,
+    census: &std::collections::BTreeMap<u32, ThreadCensus>,
+) -> std::io::Result<()> {
+    let readers = census.values().filter(|c| c.reads > 0).count();
+    writeln!(
+        out,
+        "timeline:   thread {shown}'s reads, of {readers} threads that read (--thread TID picks another, --thread all \
+         shows every thread's in the order they were written)"
+    )?;
+    for (tid, c) in census.iter().filter(|(_, c)| c.reads + c.writes + c.invocations > 0) {
+        let mark = if *tid == shown { "*" } else { " " };
+        writeln!(
+            out,
+            "          {mark} thread {tid:>8}: {:>12} reads {:>12} writes {:>6} invocations",
+            c.reads, c.writes, c.invocations
+        )?;
+    }
+    Ok(())
 }
 
 /// Prints the report of a trace.
@@ -86,9 +115,12 @@ pub fn report(args: ReportArgs) -> Result<()> {
             .collect(),
         exit,
         exec: model.exec.as_deref(),
-        skipped_invocations: model.total.skipped_invocations,
+        // Every thread's, also when one thread's timeline is shown.
+        skipped_invocations: model.skipped_invocations(),
         columns: model.columns,
         line_size: model.working_set.config.line_size,
+        timeline: model.timeline,
+        census: model.census.as_ref(),
         threads: &model.threads,
         total: &model.total,
         metrics: &model.metrics,
@@ -122,14 +154,16 @@ pub fn report(args: ReportArgs) -> Result<()> {
     if let Some(program) = report.exec {
         writeln!(out, "exec:       {program} (tracing stopped there)")?;
     }
-    let skipped: std::collections::BTreeMap<u32, u64> = report
-        .threads
-        .iter()
-        .filter(|(_, t)| t.skipped_invocations > 0)
-        .map(|(&tid, t)| (tid, t.skipped_invocations))
-        .collect();
+    let skipped: std::collections::BTreeMap<u32, u64> = match report.census {
+        Some(census) => census.iter().map(|(&tid, c)| (tid, c.skipped_invocations)).collect(),
+        None => report.threads.iter().map(|(&tid, t)| (tid, t.skipped_invocations)).collect(),
+    };
+    let skipped = skipped.into_iter().filter(|&(_, n)| n > 0).collect();
     if let Some(note) = crate::record::skipped_note(&skipped) {
         writeln!(out, "note:       {note}")?;
+    }
+    if let (Some(shown), Some(census)) = (report.timeline, report.census) {
+        write_timeline(&mut out, shown, census)?;
     }
     writeln!(out)?;
     let row = |out: &mut dyn Write, name: &str, t: &decoder::totals::Totals| {

@@ -192,8 +192,8 @@ fn traced_output_and_exit_code_equal_native() {
     }
 }
 
-/// Example (e): the first thread to enter `worker` is traced, its callee
-/// included; the others run freely and the program finishes normally.
+/// Example (e): threads entering `worker` are traced, callee included (with
+/// the default backend every one of them); the program finishes normally.
 #[test]
 fn threads_trace_one_thread_through_its_callee() {
     let bin = c_example("threads", &[]);

@@ -191,11 +191,13 @@ fn long_runs_empty_the_record_buffer_and_equal_cachegrind() {
     assert_eq!(r["truncated"], false);
 }
 
-/// Threads calling the function while one is traced: each call is either
-/// traced or counted, as with ptrace, and the program's output is intact
-/// (threads created inside the traced call run natively).
+/// Threads calling the function while others run it are traced too, each
+/// on its own stream: every call of thread_calls is traced, none skipped
+/// (the ptrace backend steps one thread at a time and counts the others'
+/// calls), and the program's output is intact (threads created inside the
+/// traced call of `threads` run natively).
 #[test]
-fn calls_on_other_threads_are_counted_with_rewrite() {
+fn calls_on_other_threads_are_traced_with_rewrite() {
     for (example, function) in [("thread_calls", "work"), ("threads", "main")] {
         let bin = c_example(example, &[]);
         let native = Command::new(&bin).output().expect("runs natively");
@@ -203,15 +205,58 @@ fn calls_on_other_threads_are_counted_with_rewrite() {
         let out = record_with(&["--backend", "rewrite", "-f", function], &bin, &[], &trace);
         assert!(out.status.success(), "{example}: {}", stderr_of(&out));
         assert_eq!(out.stdout, native.stdout, "{example}: stdout");
-        let r = report(&trace);
+        let r = report_with(&trace, &["--thread", "all"]);
         let traced = r["total"]["invocations"].as_u64().expect("invocations");
         let skipped = r["skipped_invocations"].as_u64().expect("skipped");
-        if example == "thread_calls" {
-            assert_eq!(traced + skipped, 12, "traced {traced} + skipped {skipped}");
-        } else {
-            assert_eq!((traced, skipped), (1, 0));
-        }
+        let expected = if example == "thread_calls" { 12 } else { 1 };
+        assert_eq!((traced, skipped), (expected, 0), "{example}: (traced, skipped)");
     }
+}
+
+/// Four threads run the traced function at the same time (a barrier, then
+/// two calls of millions of reads each, every record buffer filling while
+/// the others run): four streams, each with exactly its share of
+/// cachegrind's counts for the function, and nothing skipped.
+#[test]
+fn four_threads_running_the_function_at_once_give_four_exact_streams() {
+    let bin = c_example("parallel_work", &[]);
+    let native = Command::new(&bin).output().expect("runs natively");
+    let oracle = cachegrind(&bin, &[], "work");
+    assert!(oracle.dr > 8 * (4 << 20), "each call fills a 4M-record buffer: {oracle:?}");
+    let trace = trace_path("rewrite-parallel");
+    let out = record_with(&["--backend", "rewrite", "-f", "work"], &bin, &[], &trace);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    assert_eq!(out.stdout, native.stdout, "stdout");
+    let all = report_with(&trace, &["--thread", "all"]);
+    assert_eq!((all["total"]["invocations"].as_u64(), all["skipped_invocations"].as_u64()), (Some(8), Some(0)));
+    assert_eq!(all["total"]["reads"], oracle.dr, "reads vs cachegrind Dr");
+    assert_eq!(all["total"]["writes"], oracle.dw, "writes vs cachegrind Dw");
+    assert_eq!(all["total"]["instructions"], oracle.ir, "instructions vs cachegrind Ir");
+    let threads = all["threads"].as_object().expect("threads");
+    let callers: Vec<(&String, &serde_json::Value)> =
+        threads.iter().filter(|(_, t)| t["invocations"].as_u64() > Some(0)).collect();
+    assert_eq!(callers.len(), 4, "{}", all["threads"]);
+    for (_, t) in &callers {
+        assert_eq!(t["invocations"], 2, "{t}");
+        assert_eq!(t["reads"], oracle.dr / 4, "a quarter of the reads: {t}");
+        assert_eq!(t["writes"], oracle.dw / 4, "{t}");
+        assert_eq!(t["instructions"], oracle.ir / 4, "{t}");
+    }
+    // By default the columns are one thread's (all four read the same
+    // amount: the lowest id), and every thread is listed.
+    let one = report(&trace);
+    let lowest = callers.iter().map(|(tid, _)| tid.parse::<u64>().expect("tid")).min();
+    assert_eq!(one["timeline"].as_u64(), lowest, "{}", one["census"]);
+    assert_eq!(one["columns"], oracle.dr / 4);
+    assert_eq!(one["total"]["reads"], oracle.dr / 4);
+    assert_eq!(one["skipped_invocations"], 0);
+    let census = one["census"].as_object().expect("census");
+    assert_eq!(census.values().filter(|c| c["reads"] == oracle.dr / 4 && c["invocations"] == 2).count(), 4);
+    // Each thread picked by id: its quarter.
+    let other = callers.last().expect("4 threads").0;
+    let picked = report_with(&trace, &["--thread", other]);
+    assert_eq!(picked["timeline"].to_string(), *other);
+    assert_eq!(picked["total"]["reads"], oracle.dr / 4);
 }
 
 /// The functions of `binary` (`nm -n -C`), by link-time address.

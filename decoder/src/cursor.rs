@@ -13,6 +13,7 @@ use trace_rt::format::{FormatError, TraceReader};
 use crate::DecodeError;
 use crate::calltree::{CallTreeBuilder, apply_control};
 use crate::model::{Access, Model, access_of};
+use crate::timeline::on_timeline;
 use crate::working_set::{Departure, HashedLines, LineObserver, LineStore, WorkingSet};
 
 /// One read column: the read, and the thread that made it.
@@ -128,6 +129,9 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
             return Ok(None);
         }
         while let Some(rec) = self.reader.next_record()? {
+            if !on_timeline(self.model.timeline, rec.thread, &rec.event) {
+                continue;
+            }
             match access_of(&rec.event, self.reader.sites())? {
                 Some(access) => {
                     if let Some(calls) = self.calls.as_mut() {

@@ -31,6 +31,7 @@ use crate::model::{
 use crate::pyramid::{BitmapPyramid, Preview, PyramidBuilder};
 use crate::reuse::ReuseDistance;
 use crate::spans::SpanAccumulator;
+use crate::timeline::on_timeline;
 use crate::totals::Totals;
 use crate::working_set::{Departure, FastWorkingSet, FetchCounter, LineObserver, LineState, WorkingSetConfig};
 
@@ -48,6 +49,7 @@ pub(crate) fn decode(
     preview: Option<Arc<Preview>>,
 ) -> Result<Model, DecodeError> {
     options.validate().map_err(DecodeError::InvalidSetting)?;
+    let (timeline, census) = crate::timeline::resolve(options.thread, path)?;
     let reader = TraceReader::open(path)?;
     let total_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let (sender, receiver) = sync_channel::<Vec<SetOp>>(BATCHES_IN_FLIGHT);
@@ -60,6 +62,7 @@ pub(crate) fn decode(
         .map_err(|e| DecodeError::Corrupt(format!("cannot start the decoding thread: {e}")))?;
     let mut events = EventStage::new(
         *options,
+        timeline,
         SetStage { sender, batch: Vec::with_capacity(BATCH), cache: CacheStage::new(cache_config) },
     );
     let mut report = |done: u64| {
@@ -143,6 +146,8 @@ pub(crate) fn decode(
         working_set: WorkingSetIndex { config, snapshots, columns },
         pyramid: set.pyramid,
         cache,
+        timeline,
+        census,
         threads,
         total,
         stacks: std::mem::take(&mut events.stacks),
@@ -392,6 +397,8 @@ struct SnapshotPlace {
 
 /// The event stage.
 struct EventStage {
+    /// The thread whose events make the columns (`None`: every thread's).
+    timeline: Option<u32>,
     column: u64,
     set: SetStage,
     reuse: ReuseDistance,
@@ -430,8 +437,9 @@ struct EventStage {
 }
 
 impl EventStage {
-    fn new(options: DecodeOptions, set: SetStage) -> Self {
+    fn new(options: DecodeOptions, timeline: Option<u32>, set: SetStage) -> Self {
         EventStage {
+            timeline,
             column: 0,
             set,
             reuse: ReuseDistance::new(),
@@ -476,6 +484,9 @@ impl EventStage {
                 progress(reader.bytes_read());
             }
             let thread = rec.thread;
+            if !on_timeline(self.timeline, thread, &rec.event) {
+                continue;
+            }
             let t = self.thread_slot(thread);
             if let Some(a) = access_of(&rec.event, reader.sites())? {
                 self.access(thread, t, a);

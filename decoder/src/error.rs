@@ -11,7 +11,22 @@ pub enum DecodeError {
     /// A configuration value is out of range.
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
+    /// The thread asked for made no events in the trace.
+    #[error("thread {thread} is not in this trace (threads with events: {})", list_threads(known))]
+    NoSuchThread {
+        /// The thread asked for.
+        thread: u32,
+        /// The threads that are there.
+        known: Vec<u32>,
+    },
     /// A long piece of work was stopped by its caller.
     #[error("cancelled")]
     Cancelled,
+}
+
+fn list_threads(known: &[u32]) -> String {
+    if known.is_empty() {
+        return "none".into();
+    }
+    known.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
 }

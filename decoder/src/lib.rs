@@ -42,6 +42,7 @@ pub mod reuse;
 pub mod spans;
 pub mod symbols;
 pub mod tables;
+pub mod timeline;
 pub mod totals;
 pub mod working_set;
 

@@ -3,8 +3,10 @@
 //!
 //! [`Model::decode`] reads a trace once, in bounded memory, and produces:
 //! - **columns**: the x axis. Column `i` is the `i`-th memory-read event of
-//!   the trace in file order (loads and read-modify-writes; each element of
-//!   a gather is its own read; a rep-string range is one read). Writes do not
+//!   the timeline's thread ([`Model::timeline`], [`crate::timeline`]; every
+//!   thread's in file order when none is chosen) (loads and
+//!   read-modify-writes; each element of a gather is its own read; a
+//!   rep-string range is one read). Writes do not
 //!   make columns. The lines a read touches are [`crate::lines::LineSize::lines`].
 //! - **call tree** ([`CallTree`]): frames spanning `[first_column,
 //!   end_column)`, in pre-order with non-decreasing `first_column`, so a
@@ -52,6 +54,7 @@ use crate::cursor::ColumnCursor;
 use crate::lines::LineSize;
 use crate::pyramid::BitmapPyramid;
 use crate::reuse::ReuseHistogram;
+use crate::timeline::{ThreadCensus, ThreadChoice};
 use crate::totals::Totals;
 use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, SortedLines, WorkingSetConfig};
 
@@ -62,7 +65,8 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// allocation records (the heap analysis).
 /// 5: moves of the program break; custom allocators' blocks
 /// ([`AllocationRecord::allocator`], [`Model::allocator_names`]).
-pub const MODEL_VERSION: u32 = 5;
+/// 6: one thread's timeline ([`Model::timeline`], [`Model::census`]).
+pub const MODEL_VERSION: u32 = 6;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.
@@ -77,6 +81,8 @@ pub struct DecodeOptions {
     pub snapshot_every: u64,
     /// The simulated D1 and LL ([`crate::cache`]).
     pub cache: CacheConfig,
+    /// Whose reads make the columns ([`crate::timeline`]).
+    pub thread: ThreadChoice,
 }
 
 impl Default for DecodeOptions {
@@ -85,6 +91,7 @@ impl Default for DecodeOptions {
             working_set: WorkingSetConfig::default(),
             snapshot_every: 1 << 14,
             cache: CacheConfig::default(),
+            thread: ThreadChoice::All,
         }
     }
 }
@@ -237,6 +244,13 @@ pub struct Model {
     pub pyramid: BitmapPyramid,
     /// The cache simulation: geometry, misses, per-column miss flags.
     pub cache: CacheReport,
+    /// The thread whose reads are the columns; `None`: every thread's, in
+    /// the order they were written ([`crate::timeline`]). Totals, frames,
+    /// sites and the cache simulation are of these columns.
+    pub timeline: Option<u32>,
+    /// What every thread did (reads, writes, invocations), when a thread was
+    /// chosen or looked for ([`crate::timeline::census`]).
+    pub census: Option<BTreeMap<u32, ThreadCensus>>,
     /// Totals per thread.
     pub threads: BTreeMap<u32, Totals>,
     /// Totals of all threads (unique lines counted once across threads).
@@ -275,6 +289,23 @@ impl Model {
             parts.push(format!("damaged: {}", Damage::describe(&self.damage)));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// Entries into the function that were not traced, on every thread
+    /// (also when one thread's timeline is shown).
+    pub fn skipped_invocations(&self) -> u64 {
+        match &self.census {
+            Some(census) => census.values().map(|c| c.skipped_invocations).sum(),
+            None => self.total.skipped_invocations,
+        }
+    }
+
+    /// "thread T of N that read", when the columns are one thread's of
+    /// several.
+    pub fn timeline_note(&self) -> Option<String> {
+        let shown = self.timeline?;
+        let readers = self.census.as_ref().map_or(0, |c| c.values().filter(|c| c.reads > 0).count());
+        Some(format!("thread {shown} of {readers} that read"))
     }
 
     /// The line size of the working set.

@@ -368,3 +368,69 @@ fn cells_show_whether_their_last_read_missed() {
     assert_eq!(img.pixel(2, 0), fresh(MISS_COLOURS[1]), "line 0 again: D1 miss");
     assert_eq!(img.pixel(3, 0), fresh(MISS_COLOURS[2]), "line 0 once more: hit");
 }
+
+/// Two threads' reads written interleaved (small chunks, as threads traced
+/// at once write them), thread 1 in one region and thread 2 in another,
+/// with a block thread 2 allocated that thread 1 reads.
+fn write_two_threads(path: &std::path::Path, only_thread_1: bool) -> usize {
+    let file = std::fs::File::create(path).expect("create");
+    let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
+    w.set_chunk_target(256);
+    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    if !only_thread_1 {
+        let malloc =
+            Allocation { kind: AllocKind::Malloc, size: 4096, align: 0, ptr_in: 0, ptr_out: 0x10000, callsite: 0x20 };
+        w.push(2, &Event::Alloc(malloc)).expect("push");
+        // In the file before thread 1's first chunk.
+        w.flush().expect("flush");
+    }
+    let mut seed = 7u64;
+    let mut reads_1 = 0;
+    for i in 0..6000u64 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let offset = ((seed >> 33) % 512) * 8;
+        if i % 3 != 2 {
+            reads_1 += 1;
+            w.push(1, &Event::Access { site, addr: 0x10000 + offset }).expect("push");
+        } else if !only_thread_1 {
+            w.push(2, &Event::Access { site, addr: 0x90000 + offset * 4 }).expect("push");
+        }
+    }
+    w.finish(&Trailer::default()).expect("finish");
+    reads_1
+}
+
+#[test]
+fn one_threads_timeline_is_that_thread_alone_and_replays_the_same() {
+    use decoder::timeline::ThreadChoice;
+    let both = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
+    let alone = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
+    let reads_1 = write_two_threads(&both, false);
+    assert_eq!(write_two_threads(&alone, true), reads_1);
+    let with = |thread| DecodeOptions { thread, ..options(32, 32, 10) };
+    let all = Model::decode(&both, &with(ThreadChoice::All), &mut |_| {}).expect("decode");
+    assert_eq!((all.columns, all.timeline), (6000, None));
+    let busiest = Model::decode(&both, &with(ThreadChoice::Busiest), &mut |_| {}).expect("decode");
+    let reference = Model::decode(&alone, &with(ThreadChoice::All), &mut |_| {}).expect("decode");
+    assert_eq!((busiest.columns, busiest.timeline), (reads_1 as u64, Some(1)));
+    let census = busiest.census.as_ref().expect("a census");
+    assert_eq!((census[&1].reads, census[&2].reads), (reads_1 as u64, 6000 - reads_1 as u64));
+    assert!(busiest.working_set.snapshots.len() > 20, "replays start mid-trace");
+    // The same columns and working sets as a trace of thread 1 alone, from
+    // any snapshot: the cursor skips thread 2 as the decoding pass did.
+    for (from, to) in [(0, 50), (1234, 1300), (3990, 4000), (2500, 2501)] {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        busiest.replay(from, to, |c, s, _| a.push((c, s.lines().to_vec()))).expect("replay");
+        reference.replay(from, to, |c, s, _| b.push((c, s.lines().to_vec()))).expect("replay");
+        assert_eq!(a.len() as u64, to - from);
+        assert_eq!(a.iter().zip(&b).position(|(x, y)| x != y), None, "columns {from}..{to}");
+    }
+    assert_eq!(busiest.metrics.line_fetches, reference.metrics.line_fetches);
+    // Thread 2's block holds thread 1's reads.
+    assert_eq!(busiest.allocations.len(), 1);
+    assert_eq!(busiest.allocations[0].reads, reads_1 as u64);
+    let only_2 = Model::decode(&both, &with(ThreadChoice::Only(2)), &mut |_| {}).expect("decode");
+    assert_eq!((only_2.columns, only_2.allocations[0].reads), (6000 - reads_1 as u64, 0));
+    let missing = Model::decode(&both, &with(ThreadChoice::Only(3)), &mut |_| {}).err().expect("an error");
+    assert_eq!(missing.to_string(), "thread 3 is not in this trace (threads with events: 1, 2)");
+}

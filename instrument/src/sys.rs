@@ -148,6 +148,21 @@ pub fn wait(tid: Tid) -> io::Result<(Tid, Stop)> {
     }
 }
 
+/// A state change of any tracee that is already there, without waiting.
+pub fn poll_any() -> Option<(Tid, Stop)> {
+    let mut status = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(-1, &mut status, libc::__WALL | libc::WNOHANG) };
+        if r > 0 {
+            return Some((r, decode_status(status)));
+        }
+        if r == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
+}
+
 fn decode_status(status: i32) -> Stop {
     if libc::WIFEXITED(status) {
         Stop::Exited(libc::WEXITSTATUS(status))

@@ -129,6 +129,8 @@ struct Tracer {
     /// SIGSTOPs the rewrite backend's ticker sent that are still to arrive,
     /// by thread: suppressed, not delivered.
     pending_ticks: HashMap<Tid, u64>,
+    /// Stops taken from the kernel, still to be handled ([`Self::next_stop`]).
+    queued_stops: std::collections::VecDeque<(Tid, Stop)>,
 }
 
 pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, InstrumentError> {
@@ -216,6 +218,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         backend: options.backend,
         rewriter: rewrite::Rewriter::default(),
         pending_ticks: HashMap::new(),
+        queued_stops: Default::default(),
     };
     if tracer.max_invocations != Some(0) {
         tracer.entry_bp = Some(Breakpoint::insert(pid, tracer.entry)?);
@@ -403,15 +406,28 @@ impl Tracer {
                 // SAFETY: plain kill(2) of our own child.
                 unsafe { libc::kill(self.pid, libc::SIGKILL) };
             }
-            let (tid, stop) = match sys::wait(-1) {
+            let (tid, stop) = match self.next_stop() {
                 Ok(s) => s,
-                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok((None, truncated)),
+                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                    self.end_all_translated()?;
+                    return Ok((None, truncated));
+                }
                 Err(e) => return Err(ptrace_err("waiting for the target")(e)),
             };
+            if self.is_translated(tid) {
+                if let Some(end) = self.translated_stop(tid, stop)? {
+                    if let Some(exit) = self.invocation_ended(tid, end)? {
+                        return Ok((Some(exit), truncated));
+                    }
+                }
+                continue;
+            }
             if let Some(exit) = self.on_process_exit(tid, stop) {
+                self.end_all_translated()?;
                 return Ok((Some(exit), truncated));
             }
             if let Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } = stop {
+                self.end_all_translated()?;
                 return Ok((Some(self.exec_untraced(tid)?), truncated));
             }
             if let Some(regs) = self.entry_hit(tid, stop)? {
@@ -426,25 +442,15 @@ impl Tracer {
                 if !self.displaced_tried {
                     self.prepare_displaced(tid)?;
                 }
-                let end = self.trace_invocation(tid, regs)?;
-                // Many short invocations must not each cost a chunk, but
-                // a recorder killed between invocations should lose
-                // little: flush unless that happened moments ago.
-                if self.last_flush.elapsed() >= INVOCATION_FLUSH_GAP {
-                    self.writer.flush()?;
-                    self.last_flush = Instant::now();
+                if self.backend == Backend::Rewrite {
+                    // The thread runs translated code from here on, beside
+                    // any others that do; its stops come to this loop.
+                    self.start_rewrite(tid, regs)?;
+                    continue;
                 }
-                match end {
-                    InvocationEnd::Returned => {
-                        self.update_entry(tid)?;
-                        let _ = sys::resume(tid, 0);
-                    }
-                    // Memory can only be patched through a stopped
-                    // thread: update the breakpoint at the next stop.
-                    InvocationEnd::ThreadGone => self.rearm_pending = true,
-                    InvocationEnd::ProcessGone(exit) => return Ok((Some(exit), truncated)),
-                    InvocationEnd::Interrupted => {}
-                    InvocationEnd::Exec => return Ok((Some(self.exec_untraced(self.pid)?), truncated)),
+                let end = self.trace_invocation(tid, regs)?;
+                if let Some(exit) = self.invocation_ended(tid, end)? {
+                    return Ok((Some(exit), truncated));
                 }
                 continue;
             }
@@ -452,6 +458,67 @@ impl Tracer {
                 self.update_entry(tid)?;
             }
             self.on_background_stop(tid, stop, None)?;
+        }
+    }
+
+    /// The next stop of any thread. While threads run translated code, every
+    /// stop already there is taken at once and handled in turn: the kernel
+    /// reports the newest tracee's stops first, and a thread whose buffer is
+    /// full must not wait behind newer threads that keep filling theirs.
+    fn next_stop(&mut self) -> std::io::Result<(Tid, Stop)> {
+        if let Some(stop) = self.queued_stops.pop_front() {
+            return Ok(stop);
+        }
+        let first = sys::wait(-1)?;
+        if self.backend == Backend::Rewrite {
+            while let Some(stop) = sys::poll_any() {
+                self.queued_stops.push_back(stop);
+            }
+        }
+        Ok(first)
+    }
+
+    /// After an invocation on `tid` ended `end`: the target's exit if the
+    /// recording is over.
+    fn invocation_ended(&mut self, tid: Tid, end: InvocationEnd) -> Result<Option<TargetExit>, InstrumentError> {
+        // Many short invocations must not each cost a chunk, but a recorder
+        // killed between invocations should lose little: flush unless that
+        // happened moments ago.
+        if self.last_flush.elapsed() >= INVOCATION_FLUSH_GAP {
+            self.writer.flush()?;
+            self.last_flush = Instant::now();
+        }
+        match end {
+            InvocationEnd::Returned => {
+                self.update_entry(tid)?;
+                let _ = sys::resume(tid, 0);
+            }
+            // Memory can only be patched through a stopped thread: update
+            // the breakpoint at the next stop.
+            InvocationEnd::ThreadGone => self.rearm_pending = true,
+            InvocationEnd::ProcessGone(exit) => {
+                self.end_all_translated()?;
+                return Ok(Some(exit));
+            }
+            InvocationEnd::Interrupted => {}
+            InvocationEnd::Exec => {
+                self.end_all_translated()?;
+                return Ok(Some(self.exec_untraced(self.pid)?));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Starts a translated invocation on `tid`; a thread that vanished
+    /// meanwhile is noted as the ptrace backend notes it.
+    fn start_rewrite(&mut self, tid: Tid, regs: Regs) -> Result<(), InstrumentError> {
+        match self.start_translated(tid, regs) {
+            Err(InstrumentError::Ptrace { cause, .. }) if cause.raw_os_error() == Some(libc::ESRCH) => {
+                let reason =
+                    if interrupt::requested() { TruncationReason::Interrupted } else { TruncationReason::TargetKilled };
+                Ok(self.writer.push(tid as u32, &Event::Truncated { reason })?)
+            }
+            other => other,
         }
     }
 
@@ -578,6 +645,7 @@ impl Tracer {
         };
         let _ = self.writer.push(tid as u32, &Event::ThreadExit { status });
         self.known_threads.remove(&tid);
+        self.forget_thread(tid);
         (tid == self.pid).then_some(exit)
     }
 
@@ -681,8 +749,11 @@ impl Tracer {
         if self.released_children.remove(&child) {
             return; // Its first stop came first and it is already free.
         }
-        // Its first stop is next for it: wait for that alone.
-        if sys::wait(child).is_ok() {
+        // Its first stop is next for it (taken already, or to wait for).
+        if let Some(at) = self.queued_stops.iter().position(|&(t, _)| t == child) {
+            self.queued_stops.remove(at);
+            self.release_child(child, vfork, temp_bp);
+        } else if sys::wait(child).is_ok() {
             self.release_child(child, vfork, temp_bp);
         }
     }
@@ -779,11 +850,7 @@ impl Tracer {
     /// to its caller. A thread that vanishes mid-step (killed from outside,
     /// or by our interrupt handler) ends the invocation, not the recording.
     fn trace_invocation(&mut self, tid: Tid, regs: Regs) -> Result<InvocationEnd, InstrumentError> {
-        let run = match self.backend {
-            Backend::Ptrace => self.step_invocation(tid, regs),
-            Backend::Rewrite => self.rewrite_invocation(tid, regs),
-        };
-        match run {
+        match self.step_invocation(tid, regs) {
             Err(InstrumentError::Ptrace { cause, .. }) if cause.raw_os_error() == Some(libc::ESRCH) => {
                 let reason =
                     if interrupt::requested() { TruncationReason::Interrupted } else { TruncationReason::TargetKilled };

@@ -89,7 +89,12 @@ pub fn record_with(flags: &[&str], program: &Path, args: &[&str], trace: &Path) 
 
 /// `linetrace report --json` of a trace.
 pub fn report(trace: &Path) -> serde_json::Value {
-    let out = linetrace().arg("report").arg("--json").arg(trace).output().expect("report runs");
+    report_with(trace, &[])
+}
+
+/// `linetrace report --json FLAGS TRACE`, parsed.
+pub fn report_with(trace: &Path, flags: &[&str]) -> serde_json::Value {
+    let out = linetrace().arg("report").arg("--json").args(flags).arg(trace).output().expect("report runs");
     assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("report prints JSON")
 }

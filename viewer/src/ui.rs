@@ -453,7 +453,10 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     if let Some(note) = m.status_note() {
         parts.push(note);
     }
-    let skipped = m.total.skipped_invocations;
+    if let Some(thread) = m.timeline_note() {
+        parts.push(thread);
+    }
+    let skipped = m.skipped_invocations();
     if skipped > 0 {
         parts.push(format!("{skipped} invocations on other threads not traced"));
     }

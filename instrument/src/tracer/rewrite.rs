@@ -36,21 +36,46 @@ struct CodeCache {
     routines: Routines,
 }
 
+/// A thread's record buffer (in its region: thread block, dispatch table,
+/// buffer) and the state of the record stream converted from it.
+struct ThreadStream {
+    region: SharedRegion,
+    converter: Converter,
+}
+
+/// An invocation running as translated code on one thread.
+struct TracedInvocation {
+    index: u32,
+    /// The stack pointer at entry: a return above it left the function.
+    entry_sp: u64,
+    ticker: Ticker,
+    /// A signal is being delivered with a single step.
+    delivering: bool,
+}
+
 /// What the rewrite backend keeps across invocations.
 #[derive(Default)]
 pub(super) struct Rewriter {
-    thread: Option<SharedRegion>,
+    /// Every thread that ran translated code and is alive.
+    streams: HashMap<Tid, ThreadStream>,
+    /// Regions of threads that exited, for the next new thread: a region is
+    /// mapped in the whole process, and its dispatch table stays valid.
+    spare_regions: Vec<SharedRegion>,
+    /// Threads running translated code now.
+    active: HashMap<Tid, TracedInvocation>,
     caches: Vec<CodeCache>,
     /// Original address -> its translation.
     translated: HashMap<u64, u64>,
     /// Exit stub -> the original address it goes to.
     exits: HashMap<u64, u64>,
+    /// Exit stub -> the translation it was linked to: a thread can still
+    /// trap on a stub another one had linked.
+    linked: HashMap<u64, u64>,
     /// Start of each copied original instruction in a cache -> (its
     /// address, the address of the instruction after it); each block's
     /// start -> (its first instruction, the same).
     pcs: BTreeMap<u64, (u64, u64)>,
     table: RecordTable,
-    converter: Converter,
     /// Events converted from records, reused between batches.
     batch: Vec<Event>,
     /// Gather and scatter instructions translated without recording their
@@ -129,9 +154,17 @@ fn has_fsgsbase() -> bool {
 }
 
 impl Tracer {
-    /// Runs one invocation of the traced function on `tid` (stopped at its
-    /// entry with `regs`) as translated code.
-    pub(super) fn rewrite_invocation(&mut self, tid: Tid, mut regs: Regs) -> Result<InvocationEnd, InstrumentError> {
+    /// Whether `tid` is running the traced function as translated code.
+    pub(super) fn is_translated(&self, tid: Tid) -> bool {
+        self.rewriter.active.contains_key(&tid)
+    }
+
+    /// Starts an invocation of the traced function on `tid` (stopped at its
+    /// entry with `regs`) as translated code, and lets it run. Other threads
+    /// may be running translated code already: each has its own record
+    /// buffer and stream, and every stop is handled by [`Self::translated_stop`]
+    /// as it comes.
+    pub(super) fn start_translated(&mut self, tid: Tid, mut regs: Regs) -> Result<(), InstrumentError> {
         if !self.modules_loaded {
             self.load_modules()?;
         }
@@ -141,142 +174,184 @@ impl Tracer {
         let index = self.invocations;
         self.invocations += 1;
         let entry_sp = regs.rsp;
-        let thread = tid as u32;
-        self.writer.push(thread, &Event::InvocationStart { index, pc: regs.rip, sp: entry_sp })?;
-        self.thread_region(tid)?;
-        let start = self.translate(tid, regs.rip)?;
-        regs.gs_base = self.rewriter.thread.as_ref().map_or(0, |r| r.remote);
-        regs.rip = start;
+        self.writer.push(tid as u32, &Event::InvocationStart { index, pc: regs.rip, sp: entry_sp })?;
+        let gs_base = self.thread_stream(tid)?;
+        regs.rip = self.translate(tid, regs.rip)?;
+        regs.gs_base = gs_base;
         sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
         let ticker = Ticker::start(self.pid, tid);
-        let end = self.run_translated(tid, index, entry_sp, &ticker);
-        let (sent, seen) = ticker.finish();
+        self.rewriter.active.insert(tid, TracedInvocation { index, entry_sp, ticker, delivering: false });
+        sys::resume(tid, 0).map_err(ptrace_err("running translated code"))
+    }
+
+    /// Handles a stop of `tid`, which runs translated code, and lets it go
+    /// on; how its invocation ended, if it did. A thread that vanished (the
+    /// error ESRCH) reports its end at its exit stop.
+    pub(super) fn translated_stop(&mut self, tid: Tid, stop: Stop) -> Result<Option<InvocationEnd>, InstrumentError> {
+        match self.translated_stop_inner(tid, stop) {
+            Err(InstrumentError::Ptrace { cause, .. }) if cause.raw_os_error() == Some(libc::ESRCH) => Ok(None),
+            other => other,
+        }
+    }
+
+    fn translated_stop_inner(&mut self, tid: Tid, stop: Stop) -> Result<Option<InvocationEnd>, InstrumentError> {
+        let thread = tid as u32;
+        let delivering = self.rewriter.active.get_mut(&tid).is_some_and(|t| std::mem::take(&mut t.delivering));
+        if delivering && stop == (Stop::Signal { signo: libc::SIGTRAP, event: 0 }) && super::is_step_trap(tid) {
+            // A signal was delivered with a single step, which stopped at
+            // the handler's first instruction: the handler runs translated,
+            // as the ptrace recorder steps through it.
+            let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+            if !self.in_cache(regs.rip) {
+                regs.rip = self.translate(tid, regs.rip)?;
+                sys::set_regs(tid, &regs).map_err(ptrace_err("entering a signal handler"))?;
+            }
+            return self.go_on(tid, 0);
+        }
+        match stop {
+            Stop::Exited(_) | Stop::Killed(_) => {
+                self.end_translated(tid)?;
+                if interrupt::requested() {
+                    self.writer.push(thread, &Event::Truncated { reason: TruncationReason::Interrupted })?;
+                }
+                Ok(Some(match self.on_process_exit(tid, stop) {
+                    Some(exit) => InvocationEnd::ProcessGone(exit),
+                    None => InvocationEnd::ThreadGone,
+                }))
+            }
+            Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } => {
+                self.end_translated(tid)?;
+                Ok(Some(InvocationEnd::Exec))
+            }
+            Stop::Signal { event: libc::PTRACE_EVENT_CLONE, .. } => {
+                self.note_clone(tid);
+                self.go_on(tid, 0)
+            }
+            Stop::Signal { event: e @ (libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK), .. } => {
+                self.note_fork(tid, e == libc::PTRACE_EVENT_VFORK, None);
+                self.go_on(tid, 0)
+            }
+            Stop::Signal { signo: libc::SIGTRAP, event: 0 } if raised_by_int3(tid) => self.translated_trap(tid),
+            Stop::Signal { signo: libc::SIGSTOP, event: 0 } if self.take_tick(tid) => {
+                // Our tick: write out what was recorded, report progress
+                // (once for all the threads that tick at about this time).
+                self.drain(tid, None)?;
+                if self.last_flush.elapsed() >= FLUSH_EVERY / 2 {
+                    self.flush_and_report(thread)?;
+                }
+                self.go_on(tid, 0)
+            }
+            Stop::Signal { signo, event: 0 } => {
+                let addr = super::fault_address(tid, signo);
+                let regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+                if signo == libc::SIGSEGV && self.is_guard(tid, addr) {
+                    self.buffer_full(tid, regs)?;
+                    return self.go_on(tid, 0);
+                }
+                self.deliver(tid, signo, regs.rip, addr)?;
+                self.go_on(tid, signo)
+            }
+            Stop::Signal { .. } => self.go_on(tid, 0),
+        }
+    }
+
+    /// Lets translated thread `tid` run on, delivering `signal` (0: none)
+    /// with a single step so that its handler is entered translated.
+    fn go_on(&mut self, tid: Tid, signal: i32) -> Result<Option<InvocationEnd>, InstrumentError> {
+        if signal == 0 {
+            sys::resume(tid, 0).map_err(ptrace_err("running translated code"))?;
+        } else {
+            if let Some(t) = self.rewriter.active.get_mut(&tid) {
+                t.delivering = true;
+            }
+            sys::single_step(tid, signal).map_err(ptrace_err("delivering a signal"))?;
+        }
+        Ok(None)
+    }
+
+    /// Whether a SIGSTOP of `tid` is one of our ticks (this invocation's, or
+    /// a late one of an earlier invocation's), counting it as seen.
+    fn take_tick(&mut self, tid: Tid) -> bool {
+        if let Some(n) = self.pending_ticks.get_mut(&tid).filter(|n| **n > 0) {
+            *n -= 1;
+            return true;
+        }
+        self.rewriter.active.get(&tid).is_some_and(|t| t.ticker.take())
+    }
+
+    /// Translated thread `tid` ran into an `int3` of the code cache (an
+    /// unlinked exit, the dispatcher's miss) or of the program.
+    fn translated_trap(&mut self, tid: Tid) -> Result<Option<InvocationEnd>, InstrumentError> {
+        let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+        let hit = regs.rip.wrapping_sub(1);
+        if let Some(&target) = self.rewriter.exits.get(&hit) {
+            let translated = self.translate(tid, target)?;
+            self.link(hit, translated);
+            regs.rip = translated;
+        } else if let Some(&translated) = self.rewriter.linked.get(&hit) {
+            // Another thread linked this exit while this one was trapping on
+            // it (or ran the stale bytes).
+            regs.rip = translated;
+        } else if self.rewriter.caches.iter().any(|c| c.routines.miss == hit) {
+            let stream = self.rewriter.streams.get(&tid).ok_or_else(no_buffer)?;
+            let target = stream.region.word(slot::TARGET as u64);
+            regs.rcx = stream.region.word(slot::SPILL_RCX as u64);
+            regs.rax = stream.region.word(slot::SPILL_RAX as u64);
+            let entry_sp = self.rewriter.active.get(&tid).map_or(0, |t| t.entry_sp);
+            if regs.rsp > entry_sp {
+                // Returned (or jumped) out of the traced call.
+                regs.rip = target;
+                regs.gs_base = 0;
+                sys::set_regs(tid, &regs).map_err(ptrace_err("leaving the code cache"))?;
+                let index = self.end_translated(tid)?;
+                self.writer.push(tid as u32, &Event::InvocationEnd { index })?;
+                return Ok(Some(InvocationEnd::Returned));
+            }
+            let translated = self.translate(tid, target)?;
+            self.add_to_table(tid, target, translated);
+            regs.rip = translated;
+        } else if let Some(bp) = self.entry_bp.filter(|bp| bp.addr == hit) {
+            // Native code the traced call runs (an allocator's hook) entered
+            // the function: that call is not traced.
+            let signal = self.skip_invocation(tid, bp)?;
+            return self.go_on(tid, signal);
+        } else {
+            // The program's own int3.
+            self.deliver(tid, libc::SIGTRAP, regs.rip, 0)?;
+            return self.go_on(tid, libc::SIGTRAP);
+        }
+        sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
+        self.go_on(tid, 0)
+    }
+
+    /// Ends `tid`'s translated invocation: its records converted, its ticker
+    /// stopped. Returns the invocation's index.
+    fn end_translated(&mut self, tid: Tid) -> Result<u32, InstrumentError> {
+        let Some(invocation) = self.rewriter.active.remove(&tid) else { return Ok(0) };
+        let (sent, seen) = invocation.ticker.finish();
         if sent > seen {
             // Ticks still on their way arrive once the thread runs natively.
             *self.pending_ticks.entry(tid).or_default() += sent - seen;
         }
-        end
+        self.drain(tid, None)?;
+        Ok(invocation.index)
     }
 
-    /// The loop while `tid` runs translated code, until the invocation ends.
-    fn run_translated(
-        &mut self,
-        tid: Tid,
-        index: u32,
-        entry_sp: u64,
-        ticker: &Ticker,
-    ) -> Result<InvocationEnd, InstrumentError> {
-        let thread = tid as u32;
-        let mut signal = 0;
-        loop {
-            if interrupt::requested() {
-                self.drain(thread, None)?;
-                self.writer.push(thread, &Event::Truncated { reason: TruncationReason::Interrupted })?;
-                return Ok(InvocationEnd::Interrupted);
-            }
-            // A signal is delivered with a single step, which stops at the
-            // handler's first instruction: the handler runs translated, as
-            // the ptrace recorder steps through it.
-            let delivering = signal != 0;
-            if delivering {
-                sys::single_step(tid, signal).map_err(ptrace_err("delivering a signal"))?;
-            } else {
-                sys::resume(tid, 0).map_err(ptrace_err("running translated code"))?;
-            }
-            signal = 0;
-            let stop = match self.wait_for(tid, None) {
-                Ok(stop) => stop,
-                Err(e) => {
-                    self.drain(thread, None)?;
-                    return Err(e);
-                }
-            };
-            if delivering && stop == (Stop::Signal { signo: libc::SIGTRAP, event: 0 }) && super::is_step_trap(tid) {
-                let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
-                if !self.in_cache(regs.rip) {
-                    regs.rip = self.translate(tid, regs.rip)?;
-                    sys::set_regs(tid, &regs).map_err(ptrace_err("entering a signal handler"))?;
-                }
-                continue;
-            }
-            match stop {
-                Stop::Exited(_) | Stop::Killed(_) => {
-                    self.drain(thread, None)?;
-                    return Ok(match self.on_process_exit(tid, stop) {
-                        Some(exit) => InvocationEnd::ProcessGone(exit),
-                        None => InvocationEnd::ThreadGone,
-                    });
-                }
-                Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } => {
-                    self.drain(thread, None)?;
-                    return Ok(InvocationEnd::Exec);
-                }
-                Stop::Signal { event: libc::PTRACE_EVENT_CLONE, .. } => self.note_clone(tid),
-                Stop::Signal { event: e @ (libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK), .. } => {
-                    self.note_fork(tid, e == libc::PTRACE_EVENT_VFORK, None)
-                }
-                Stop::Signal { signo: libc::SIGTRAP, event: 0 } if raised_by_int3(tid) => {
-                    let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
-                    let hit = regs.rip.wrapping_sub(1);
-                    if let Some(&target) = self.rewriter.exits.get(&hit) {
-                        let translated = self.translate(tid, target)?;
-                        self.link(hit, translated);
-                        regs.rip = translated;
-                    } else if self.rewriter.caches.iter().any(|c| c.routines.miss == hit) {
-                        let block = self.rewriter.thread.as_ref().ok_or_else(no_buffer)?;
-                        let target = block.word(slot::TARGET as u64);
-                        regs.rcx = block.word(slot::SPILL_RCX as u64);
-                        regs.rax = block.word(slot::SPILL_RAX as u64);
-                        if regs.rsp > entry_sp {
-                            // Returned (or jumped) out of the traced call.
-                            regs.rip = target;
-                            regs.gs_base = 0;
-                            sys::set_regs(tid, &regs).map_err(ptrace_err("leaving the code cache"))?;
-                            self.drain(thread, None)?;
-                            self.writer.push(thread, &Event::InvocationEnd { index })?;
-                            return Ok(InvocationEnd::Returned);
-                        }
-                        let translated = self.translate(tid, target)?;
-                        self.add_to_table(target, translated);
-                        regs.rip = translated;
-                    } else if let Some(bp) = self.entry_bp.filter(|bp| bp.addr == hit) {
-                        // Native code the traced call runs (an allocator's
-                        // hook) entered the function: that call is not traced.
-                        signal = self.skip_invocation(tid, bp)?;
-                        continue;
-                    } else {
-                        // The program's own int3.
-                        self.deliver(tid, thread, libc::SIGTRAP, regs.rip, 0)?;
-                        signal = libc::SIGTRAP;
-                        continue;
-                    }
-                    sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
-                }
-                Stop::Signal { signo: libc::SIGSTOP, event: 0 } if ticker.take() => {
-                    // Our tick: write out what was recorded, report progress.
-                    self.drain(thread, None)?;
-                    self.flush_and_report(thread)?;
-                }
-                Stop::Signal { signo, event: 0 } => {
-                    let addr = super::fault_address(tid, signo);
-                    let regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
-                    if signo == libc::SIGSEGV && self.is_guard(addr) {
-                        self.buffer_full(tid, thread, regs)?;
-                        continue;
-                    }
-                    self.deliver(tid, thread, signo, regs.rip, addr)?;
-                    signal = signo;
-                }
-                Stop::Signal { .. } => {}
-            }
+    /// Ends every translated invocation (the process is gone, or exec'd):
+    /// what each thread recorded is converted, as its buffer outlives it.
+    pub(super) fn end_all_translated(&mut self) -> Result<(), InstrumentError> {
+        let threads: Vec<Tid> = self.rewriter.active.keys().copied().collect();
+        for tid in threads {
+            self.end_translated(tid)?;
         }
+        Ok(())
     }
 
     /// Records signal `signo` arriving at cache address `at`, after every
     /// record before it; a fault drops the records of the instruction that
     /// faulted (written before it ran), as the ptrace recorder never saw it
     /// run.
-    fn deliver(&mut self, tid: Tid, thread: u32, signo: i32, at: u64, addr: u64) -> Result<(), InstrumentError> {
+    fn deliver(&mut self, tid: Tid, signo: i32, at: u64, addr: u64) -> Result<(), InstrumentError> {
         let info = sys::sig_info(tid).ok();
         // A fault the instruction itself raised (the kernel's si_code > 0):
         // it did not run, and it is the signal's pc.
@@ -288,8 +363,8 @@ impl Tracer {
         let self_sent = info.is_some_and(|i| i.si_code <= 0 && unsafe { i.si_pid() } == self.pid);
         let raised = self_sent || (signo == libc::SIGTRAP && info.is_some_and(|i| i.si_code == super::SI_KERNEL));
         let original = if raised && !synchronous { self.previous_pc(at) } else { self.original_pc(at) };
-        self.drain(thread, synchronous.then_some(original).flatten())?;
-        self.writer.push(thread, &Event::Signal { signo, pc: original.unwrap_or(at), addr })?;
+        self.drain(tid, synchronous.then_some(original).flatten())?;
+        self.writer.push(tid as u32, &Event::Signal { signo, pc: original.unwrap_or(at), addr })?;
         Ok(())
     }
 
@@ -317,8 +392,8 @@ impl Tracer {
     }
 
     /// A thread (a new one, or a forked child) that starts inside the code
-    /// cache continues natively at the original instruction: only the thread
-    /// that entered the function is traced, as with ptrace.
+    /// cache continues natively at the original instruction: a thread is
+    /// traced from its own entry into the function, as with ptrace.
     pub(super) fn leave_cache(&self, tid: Tid) {
         if self.rewriter.caches.is_empty() {
             return;
@@ -331,19 +406,18 @@ impl Tracer {
         }
     }
 
-    fn is_guard(&self, addr: u64) -> bool {
-        self.rewriter
-            .thread
-            .as_ref()
-            .is_some_and(|r| (r.remote + layout::GUARD..r.remote + layout::GUARD + 4096).contains(&addr))
+    /// Whether `addr` is the guard page after `tid`'s record buffer.
+    fn is_guard(&self, tid: Tid, addr: u64) -> bool {
+        let guard = |r: &SharedRegion| r.remote + layout::GUARD..r.remote + layout::GUARD + 4096;
+        self.rewriter.streams.get(&tid).is_some_and(|s| guard(&s.region).contains(&addr))
     }
 
     /// The buffer is full (a record store hit the guard page): empty it and
     /// restart the store at the buffer's start.
-    fn buffer_full(&mut self, tid: Tid, thread: u32, mut regs: Regs) -> Result<(), InstrumentError> {
-        self.drain(thread, None)?;
-        let region = self.rewriter.thread.as_ref().ok_or_else(no_buffer)?;
-        let start = region.remote + layout::BUFFER;
+    fn buffer_full(&mut self, tid: Tid, mut regs: Regs) -> Result<(), InstrumentError> {
+        self.drain(tid, None)?;
+        let stream = self.rewriter.streams.get(&tid).ok_or_else(no_buffer)?;
+        let start = stream.region.remote + layout::BUFFER;
         // The faulting instruction is the record store `mov [tmp], value`:
         // point tmp at the emptied buffer.
         let code = self.cache_bytes(regs.rip, 15);
@@ -388,9 +462,10 @@ impl Tracer {
     /// Converts the records written so far into events and empties the
     /// buffer. With `faulted`, records of that instruction at the end (it
     /// did not run) are dropped.
-    fn drain(&mut self, thread: u32, faulted: Option<u64>) -> Result<(), InstrumentError> {
-        let Tracer { rewriter, writer, function_starts, code, .. } = self;
-        let Some(region) = rewriter.thread.as_mut() else { return Ok(()) };
+    fn drain(&mut self, tid: Tid, faulted: Option<u64>) -> Result<(), InstrumentError> {
+        let thread = tid as u32;
+        let Tracer { rewriter, writer, function_starts, code, accesses, .. } = self;
+        let Some(ThreadStream { region, converter }) = rewriter.streams.get_mut(&tid) else { return Ok(()) };
         let start = region.remote + layout::BUFFER;
         let cursor = region.word(slot::CURSOR as u64);
         let bytes = cursor.saturating_sub(start).min(layout::BUFFER_BYTES) as usize;
@@ -414,20 +489,21 @@ impl Tracer {
         }
         // Converted in batches, each handed to the writer in one call.
         let mut batch = std::mem::take(&mut rewriter.batch);
+        let converted_before = converter.accesses;
         for part in records.chunks(1 << 16) {
             batch.clear();
-            rewriter.converter.convert(part, &rewriter.table, function_starts, |e| {
+            converter.convert(part, &rewriter.table, function_starts, |e| {
                 batch.push(*e);
                 Ok::<(), InstrumentError>(())
             })?;
             writer.push_all(thread, &batch)?;
         }
         rewriter.batch = batch;
+        *accesses += converter.accesses - converted_before;
         region.set_word(slot::CURSOR as u64, start);
         let mut count = region.word(slot::COUNT as u64);
         region.set_word(slot::COUNT as u64, 0);
-        self.accesses = self.rewriter.converter.accesses;
-        count += std::mem::take(&mut self.rewriter.converter.extra_instructions);
+        count += std::mem::take(&mut converter.extra_instructions);
         if count > 0 {
             self.instructions += count;
             self.writer.push(thread, &Event::Stepped { count })?;
@@ -435,33 +511,47 @@ impl Tracer {
         Ok(())
     }
 
-    /// Creates the traced thread's region (thread block, dispatch table,
-    /// buffer) the first time.
-    fn thread_region(&mut self, tid: Tid) -> Result<(), InstrumentError> {
-        if let Some(region) = self.rewriter.thread.as_mut() {
-            let start = region.remote + layout::BUFFER;
-            region.set_word(slot::CURSOR as u64, start);
-            return Ok(());
+    /// The region (thread block, dispatch table, buffer) of thread `tid`,
+    /// made or taken from an exited thread the first time, with its buffer
+    /// empty; returns the thread block's address (the thread's `gs` base).
+    fn thread_stream(&mut self, tid: Tid) -> Result<u64, InstrumentError> {
+        if !self.rewriter.streams.contains_key(&tid) {
+            let region = match self.rewriter.spare_regions.pop() {
+                Some(region) => region,
+                None => {
+                    let prot = libc::PROT_READ | libc::PROT_WRITE;
+                    let mut region = SharedRegion::create(self.pid, tid, layout::THREAD_REGION_BYTES, prot, None)?;
+                    region.protect_none(self.pid, tid, layout::GUARD, 4096)?;
+                    // Empty entries hold a key no target has (all ones,
+                    // negated: 1).
+                    for i in 0..layout::TABLE_ENTRIES {
+                        region.set_word(layout::TABLE as u64 + 16 * i, 1);
+                    }
+                    region
+                }
+            };
+            self.rewriter.streams.insert(tid, ThreadStream { region, converter: Converter::default() });
         }
-        let prot = libc::PROT_READ | libc::PROT_WRITE;
-        let mut region = SharedRegion::create(self.pid, tid, layout::THREAD_REGION_BYTES, prot, None)?;
-        region.protect_none(self.pid, tid, layout::GUARD, 4096)?;
-        // Empty entries hold a key no target has (all ones, negated: 1).
-        for i in 0..layout::TABLE_ENTRIES {
-            region.set_word(layout::TABLE as u64 + 16 * i, 1);
-        }
-        let start = region.remote + layout::BUFFER;
-        region.set_word(slot::CURSOR as u64, start);
-        self.rewriter.thread = Some(region);
-        Ok(())
+        let stream = self.rewriter.streams.get_mut(&tid).ok_or_else(no_buffer)?;
+        let start = stream.region.remote + layout::BUFFER;
+        stream.region.set_word(slot::CURSOR as u64, start);
+        stream.region.set_word(slot::COUNT as u64, 0);
+        Ok(stream.region.remote)
     }
 
-    /// Points the dispatch table's entry for `target` at `translated`.
-    fn add_to_table(&mut self, target: u64, translated: u64) {
-        if let Some(region) = self.rewriter.thread.as_mut() {
+    /// Thread `tid` exited: its region goes to the next new thread.
+    pub(super) fn forget_thread(&mut self, tid: Tid) {
+        if let Some(stream) = self.rewriter.streams.remove(&tid) {
+            self.rewriter.spare_regions.push(stream.region);
+        }
+    }
+
+    /// Points `tid`'s dispatch table entry for `target` at `translated`.
+    fn add_to_table(&mut self, tid: Tid, target: u64, translated: u64) {
+        if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
             let entry = layout::TABLE as u64 + 16 * (target & (layout::TABLE_ENTRIES - 1));
-            region.set_word(entry, target.wrapping_neg());
-            region.set_word(entry + 8, translated);
+            stream.region.set_word(entry, target.wrapping_neg());
+            stream.region.set_word(entry + 8, translated);
         }
     }
 
@@ -484,7 +574,15 @@ impl Tracer {
                     code[6..14].copy_from_slice(&to.to_le_bytes());
                 }
             }
-            c.region.bytes_mut()[o..o + STUB_BYTES].copy_from_slice(&code);
+            // Other threads may be running this code: the stub's first byte
+            // (an int3 until now) is written last, so a thread sees the trap
+            // or the whole jump, never half of it.
+            let bytes = c.region.bytes_mut();
+            bytes[o + 1..o + STUB_BYTES].copy_from_slice(&code[1..]);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            // SAFETY: `o` is inside the mapping (checked against `used`).
+            unsafe { std::ptr::write_volatile(bytes.as_mut_ptr().add(o), code[0]) };
+            self.rewriter.linked.insert(stub, to);
             return;
         }
     }
