@@ -20,6 +20,18 @@ use clap::Parser;
 
 use cli::{Cli, Command};
 
+/// Whether writing failed because the reader of our output went away
+/// (directly, under a context, or inside a JSON writer's error).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        let kind = match cause.downcast_ref::<std::io::Error>() {
+            Some(io) => Some(io.kind()),
+            None => cause.downcast_ref::<serde_json::Error>().and_then(serde_json::Error::io_error_kind),
+        };
+        kind == Some(std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
@@ -36,9 +48,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         // `linetrace dump FILE | head` closes the pipe early: not an error.
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) => {
-            ExitCode::SUCCESS
-        }
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("linetrace: error: {e:#}");
             ExitCode::from(2)
