@@ -13,6 +13,10 @@
 //!
 //! The `outside` workload calls a trivial `kernel` and then computes for a
 //! while untraced: its ratio is the recorder's cost outside the function.
+//! It is split into a fixed cost (the same program with 16 iterations:
+//! starting the program under ptrace, reading symbols, translating, writing
+//! the trace) and the overhead per second of untraced work (the slope
+//! between the two lengths).
 //!
 //! Times are whole runs, wall clock, medians of `LINETRACE_BENCH_ROUNDS`
 //! (default 3). It prints the table, the bytes per recorded access on disk,
@@ -83,6 +87,7 @@ fn main() {
     );
     let (mut slowdowns, mut vs_cachegrind, mut vs_lackey) = (Vec::new(), Vec::new(), Vec::new());
     let mut outside = None;
+    let mut outside_times = None;
     let mut bytes = Vec::new();
     for args in workloads {
         let (mut native, mut rw, mut cg, mut per_access) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
@@ -111,6 +116,7 @@ fn main() {
         );
         if args[0] == "outside" {
             outside = Some(rw / native);
+            outside_times = Some((native, rw));
             continue;
         }
         slowdowns.push(rw / native);
@@ -132,8 +138,25 @@ fn main() {
         let min = vs_lackey.iter().copied().fold(f64::INFINITY, f64::min);
         println!("  faster than lackey: at least {min:.1}x (goal >= 10x)");
     }
-    if let Some(o) = outside {
+    if let (Some(o), Some((native, rw))) = (outside, outside_times) {
         println!("  overhead outside the function: {:+.0}% (goal <= 5%)", 100.0 * (o - 1.0));
+        let (mut tiny_native, mut tiny_rw) = (Vec::new(), Vec::new());
+        for _ in 0..rounds.max(5) {
+            let mut cmd = Command::new(&program);
+            cmd.args(["outside", "16"]);
+            tiny_native.push(timed(cmd));
+            tiny_rw.push(rewrite(&program, &["outside", "16"], &trace).0);
+        }
+        let (tiny_native, tiny_rw) = (median(tiny_native), median(tiny_rw));
+        let slope = (rw - tiny_rw) / (native - tiny_native).max(1e-9);
+        println!(
+            "    of which fixed: {:.1} ms (outside 16: native {:.1} ms, recorded {:.1} ms); per second of untraced \
+             work: {:+.1}%",
+            1e3 * (tiny_rw - tiny_native),
+            1e3 * tiny_native,
+            1e3 * tiny_rw,
+            100.0 * (slope - 1.0)
+        );
     }
     println!("  bytes per access on disk: median {:.2} (goal <= 1.5)", median(bytes));
     let _ = std::fs::remove_dir_all(&dir);
