@@ -417,3 +417,26 @@ fn allocations_mode_names_the_block_under_the_pointer() {
     }
     assert!(checked > 0, "at the peak, some hovered point is in a block");
 }
+
+/// Four threads traced at once: the viewer shows the thread asked for
+/// (`--thread`), says so, and its columns are that thread's reads.
+#[test]
+fn the_viewer_shows_the_thread_asked_for() {
+    let bin = c_example("thread_calls", &[]);
+    let trace = trace_path("thread-calls-view");
+    assert!(record_with(&["--backend", "rewrite", "-f", "work"], &bin, &[], &trace).status.success());
+    let census = report(&trace)["census"].clone();
+    let readers: Vec<(&String, u64)> = census
+        .as_object()
+        .expect("a census")
+        .iter()
+        .filter_map(|(t, c)| c["reads"].as_u64().filter(|&r| r > 0).map(|r| (t, r)))
+        .collect();
+    assert_eq!(readers.len(), 4, "{census}");
+    // Not the default (equal reads: the lowest id).
+    let (thread, reads) = readers.iter().max_by_key(|(t, _)| t.parse::<u32>().unwrap_or(0)).expect("a thread");
+    let shot = shoot(&trace, &["--thread", thread]);
+    let status = shot.state["status"].as_str().unwrap_or_default().to_string();
+    assert!(status.contains(&format!("thread {thread} of 4 that read")), "{status}");
+    assert!(status.contains(&format!("{reads} reads")), "{status}");
+}

@@ -10,6 +10,7 @@ use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::inspect::Inspection;
 use decoder::raster::{ColourBy, Palette, frame_colour};
+use decoder::timeline::{Census, ThreadChoice};
 use decoder::working_set::WorkingSetConfig;
 
 use crate::paint::{PictureTexture, c32, draw_ruler, rect4, short};
@@ -95,6 +96,8 @@ pub struct UiState {
     drag_select: Option<f64>,
     /// Working-set settings being edited.
     edit: WorkingSetConfig,
+    /// The threads of the trace, from the last model that counted them.
+    census: Option<Census>,
     bitmap: PictureTexture,
     preview: Option<(egui::TextureHandle, work::PreviewKey)>,
     overview: Option<(egui::TextureHandle, (u32, u32, u32))>,
@@ -118,6 +121,7 @@ impl Default for UiState {
             bitmap_size: (0, 0),
             drag_select: None,
             edit: WorkingSetConfig::default(),
+            census: None,
             bitmap: PictureTexture::default(),
             preview: None,
             overview: None,
@@ -539,6 +543,46 @@ fn settings(ui: &mut egui::Ui, state: &mut UiState, session: &mut Session) {
     if ui.add_enabled(changed && session.loading.is_none(), egui::Button::new("Apply")).clicked() {
         let mut options = session.options;
         options.working_set = state.edit;
+        session.redecode(options);
+    }
+    thread_picker(ui, session, &mut state.census);
+}
+
+/// The thread whose reads are the columns, picked among the threads the
+/// trace has (decodes again).
+fn thread_picker(ui: &mut egui::Ui, session: &mut Session, seen: &mut Option<Census>) {
+    // A model of every thread has no census: keep the last one seen, so the
+    // way back to one thread stays.
+    if let Some(census) = session.loaded.as_ref().and_then(|l| l.model.census.as_ref()) {
+        if seen.as_ref() != Some(census) {
+            *seen = Some(census.clone());
+        }
+    }
+    let Some(census) = seen.as_ref() else { return };
+    let shown = session.loaded.as_ref().and_then(|l| l.model.timeline);
+    let readers: Vec<(u32, u64)> = census.iter().filter(|(_, c)| c.reads > 0).map(|(&t, c)| (t, c.reads)).collect();
+    if readers.len() < 2 {
+        return;
+    }
+    ui.separator();
+    ui.label("Timeline (decodes the trace again):");
+    let label = |thread: Option<u32>| match thread {
+        Some(t) => format!("thread {t} ({} reads)", census.get(&t).map_or(0, |c| c.reads)),
+        None => "all threads, in the order written".to_string(),
+    };
+    let mut picked = shown;
+    egui::ComboBox::from_label("columns of").selected_text(label(shown)).show_ui(ui, |ui| {
+        for &(thread, _) in &readers {
+            ui.selectable_value(&mut picked, Some(thread), label(Some(thread)));
+        }
+        ui.selectable_value(&mut picked, None, label(None));
+    });
+    if picked != shown && session.loading.is_none() {
+        let mut options = session.options;
+        options.thread = match picked {
+            Some(t) => ThreadChoice::Only(t),
+            None => ThreadChoice::All,
+        };
         session.redecode(options);
     }
 }
