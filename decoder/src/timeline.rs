@@ -147,6 +147,11 @@ pub fn resolve(choice: ThreadChoice, path: &Path) -> Result<(Option<u32>, Option
     match choice {
         ThreadChoice::All => Ok((None, None)),
         ThreadChoice::Busiest => {
+            // One thread's events (or none): it is the timeline, and no
+            // census is needed to know (the common case, read cheaply).
+            if trace_rt::format::event_threads(path)?.is_some_and(|threads| threads.len() <= 1) {
+                return Ok((None, None));
+            }
             let threads = census(path)?;
             let readers = threads.values().filter(|c| c.reads > 0).count();
             // Most reads, the lowest id among equals (max_by_key keeps the

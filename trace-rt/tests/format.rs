@@ -392,3 +392,24 @@ fn unknown_extension_records_are_skipped() {
     let got: Vec<(u32, Event)> = records.iter().map(|r| (r.thread, r.event)).collect();
     assert_eq!(got, events);
 }
+
+/// The threads with events, from the chunk headers alone: each thread once,
+/// and no answer for a file whose last chunk is cut.
+#[test]
+fn event_threads_come_from_the_chunk_headers() {
+    let (sites, mut events) = sample();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("t.lntrace");
+    let one = write(&sites, &events, &Trailer::default(), 256);
+    std::fs::write(&path, &one).expect("write");
+    let threads = trace_rt::format::event_threads(&path).expect("readable");
+    assert_eq!(threads, Some([7].into()));
+    events.push((9, Event::Access { site: 0, addr: 0x4040 }));
+    let two = write(&sites, &events, &Trailer::default(), 256);
+    std::fs::write(&path, &two).expect("write");
+    assert_eq!(trace_rt::format::event_threads(&path).expect("readable"), Some([7, 9].into()));
+    std::fs::write(&path, &two[..two.len() - 3]).expect("write");
+    assert_eq!(trace_rt::format::event_threads(&path).expect("readable"), None, "a cut chunk");
+    std::fs::write(&path, b"not a trace at all").expect("write");
+    assert!(trace_rt::format::event_threads(&path).is_err());
+}

@@ -81,7 +81,7 @@ pub mod varint;
 
 pub use error::FormatError;
 pub use event::{ChunkDecoder, ChunkEncoder};
-pub use reader::{ChunkPosition, Damage, Record, TraceEnd, TraceReader};
+pub use reader::{ChunkPosition, Damage, Record, TraceEnd, TraceReader, event_threads};
 pub use writer::TraceWriter;
 
 use serde::{Deserialize, Serialize};

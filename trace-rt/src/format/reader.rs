@@ -142,6 +142,49 @@ impl TraceReader<BufReader<File>> {
     }
 }
 
+/// The threads that have events chunks, from the chunk headers alone
+/// (payloads skipped, not checked): a quick look at a trace before deciding
+/// whether it needs reading thread by thread. `None` when the headers do not
+/// chain up to the end of the file (damage, a cut last chunk): then only
+/// reading the events tells.
+pub fn event_threads(path: &Path) -> Result<Option<std::collections::BTreeSet<ThreadId>>, FormatError> {
+    let file = File::open(path)?;
+    let file_len = file.metadata()?.len();
+    let mut input = BufReader::with_capacity(1 << 16, file);
+    let mut header = [0u8; HEADER_LEN];
+    input.read_exact(&mut header).map_err(|_| FormatError::NoHeader)?;
+    if header[..8] != MAGIC {
+        return Err(FormatError::NotATrace);
+    }
+    let mut threads = std::collections::BTreeSet::new();
+    let mut chunk = [0u8; CHUNK_HEADER_LEN];
+    let mut offset = HEADER_LEN as u64;
+    loop {
+        let mut got = 0;
+        while got < CHUNK_HEADER_LEN {
+            match input.read(&mut chunk[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if got == 0 {
+            return Ok(Some(threads));
+        }
+        let word = |at: usize| u32::from_le_bytes([chunk[at], chunk[at + 1], chunk[at + 2], chunk[at + 3]]);
+        let payload_len = word(12);
+        offset += (CHUNK_HEADER_LEN as u64) + u64::from(payload_len);
+        if got < CHUNK_HEADER_LEN || chunk[..4] != CHUNK_MAGIC || payload_len > MAX_CHUNK_BYTES || offset > file_len {
+            return Ok(None);
+        }
+        if ChunkKind::from_u8(chunk[4]) == Some(ChunkKind::Events) {
+            threads.insert(word(8));
+        }
+        input.seek_relative(i64::from(payload_len))?;
+    }
+}
+
 /// A chunk that passed every check.
 struct GoodChunk {
     kind: ChunkKind,
