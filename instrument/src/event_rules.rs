@@ -1,8 +1,8 @@
 //! The rules that turn what an instruction did into trace events, shared by
 //! both recorders (ptrace single-step and the binary rewriter) so that they
 //! cannot drift: how allocator arguments read, which system calls are
-//! allocations, the range a rep-string instruction covered, and which jumps
-//! are tail calls.
+//! allocations, the range a rep-string instruction covered, which jumps
+//! are tail calls, and which signals reach the program.
 
 use std::collections::HashSet;
 
@@ -92,9 +92,57 @@ pub fn is_tail_call(
         && (flow != FlowControl::ConditionalBranch || branch_target == Some(target))
 }
 
+/// The signal to pass on when resuming a thread stopped for `signo`: 0 if
+/// the program ignores it (`SIG_IGN`, or the default action of SIGCHLD,
+/// SIGURG, SIGWINCH or SIGCONT), else `signo`.
+///
+/// A traced program is stopped even for signals it ignores, and a single
+/// step that delivers an ignored signal runs the next instruction instead
+/// of entering a handler: the recorders must see that it ran. A fault the
+/// kernel forces (SIGSEGV, an int3's SIGTRAP) has had its action reset to
+/// the default by then, so it is never taken for ignored.
+pub fn signal_to_pass_on(tid: i32, signo: i32) -> i32 {
+    match std::fs::read_to_string(format!("/proc/{tid}/status")) {
+        Ok(status) if ignores(&status, signo) => 0,
+        // Unreadable (the thread is gone): pass it on, as the kernel would.
+        _ => signo,
+    }
+}
+
+/// Whether a process whose `/proc/PID/status` reads `status` ignores
+/// `signo`.
+fn ignores(status: &str, signo: i32) -> bool {
+    let mask = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let Some(bit) = u32::try_from(signo - 1).ok().filter(|b| *b < 64).map(|b| 1u64 << b) else {
+        return false;
+    };
+    let ignored_by_default = [libc::SIGCHLD, libc::SIGURG, libc::SIGWINCH, libc::SIGCONT].contains(&signo);
+    mask("SigIgn:") & bit != 0 || (ignored_by_default && mask("SigCgt:") & bit == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ignored_signals_come_from_the_status_masks() {
+        // SIGALRM (14) ignored, SIGCHLD (17) caught, SIGINT (2) default.
+        let status = "Name:\tx\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000002000\nSigCgt:\t0000000000010000\n";
+        assert!(ignores(status, libc::SIGALRM));
+        assert!(!ignores(status, libc::SIGINT));
+        assert!(!ignores(status, libc::SIGCHLD), "caught");
+        assert!(ignores(status, libc::SIGWINCH), "ignored by default");
+        let caught = "SigIgn:\t0000000000000000\nSigCgt:\t0000000008000000\n";
+        assert!(!ignores(caught, libc::SIGWINCH), "SIGWINCH (28) caught");
+        assert!(!ignores(status, 0));
+        assert!(!ignores(status, 65));
+    }
 
     #[test]
     fn rep_ranges_cover_the_iterations_made() {

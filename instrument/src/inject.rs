@@ -22,6 +22,15 @@ const REACH: u64 = 1 << 31;
 /// restored afterwards. No code is written: other threads keep running
 /// through the program's code meanwhile. Returns the raw result (`-errno`
 /// on failure).
+///
+/// A signal may be pending when the thread is resumed for the step (a
+/// program's interval timer fires thousands of times a second): the kernel
+/// would stop the thread for it before the `syscall` ran, and resuming from
+/// that stop would drop it. So every blockable signal but SIGTRAP (the
+/// step's own, which the kernel forces through any mask) is blocked for the
+/// step, staying pending with its information until the program's mask is
+/// back; a signal that cannot be blocked, or a SIGTRAP from elsewhere, is
+/// set aside and sent again after.
 pub fn syscall(pid: Tid, tid: Tid, nr: u64, args: [u64; 6]) -> Result<u64, InstrumentError> {
     let Some(at) = find_syscall_instruction(pid) else {
         return Err(InstrumentError::Ptrace {
@@ -30,20 +39,47 @@ pub fn syscall(pid: Tid, tid: Tid, nr: u64, args: [u64; 6]) -> Result<u64, Instr
         });
     };
     let saved = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+    let mask = sys::signal_mask(tid).map_err(ptrace_err("reading the signal mask"))?;
     let mut regs = saved;
     regs.rip = at;
     regs.rax = nr;
     (regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9) = (args[0], args[1], args[2], args[3], args[4], args[5]);
     // Not in a system call: nothing for the kernel to restart.
     regs.orig_rax = u64::MAX;
-    let result = sys::set_regs(tid, &regs)
-        .and_then(|()| sys::single_step(tid, 0))
-        .and_then(|()| sys::wait(tid))
-        .and_then(|_| sys::get_regs(tid));
-    let restored = sys::set_regs(tid, &saved);
+    let mut set_aside = Vec::new();
+    let result = sys::set_signal_mask(tid, !(1u64 << (libc::SIGTRAP - 1)))
+        .and_then(|()| sys::set_regs(tid, &regs))
+        .and_then(|()| step_over_syscall(tid, at, &mut set_aside));
+    let restored = sys::set_regs(tid, &saved).and_then(|()| sys::set_signal_mask(tid, mask));
+    for signo in set_aside {
+        sys::kill_thread(pid, tid, signo);
+    }
     let after = result.map_err(ptrace_err("making a system call in the target"))?;
     restored.map_err(ptrace_err("restoring after a system call"))?;
     Ok(after.rax)
+}
+
+/// Steps thread `tid`, which is at the `syscall` instruction `at`, until
+/// the instruction has run; signals that stopped it before are suppressed
+/// and pushed to `set_aside`. Returns the registers after the call.
+fn step_over_syscall(tid: Tid, at: u64, set_aside: &mut Vec<i32>) -> std::io::Result<Regs> {
+    loop {
+        sys::single_step(tid, 0)?;
+        match sys::wait(tid)? {
+            (_, Stop::Signal { signo, event }) => {
+                let regs = sys::get_regs(tid)?;
+                if regs.rip != at {
+                    return Ok(regs);
+                }
+                if event == 0 {
+                    set_aside.push(signo);
+                }
+            }
+            (_, Stop::Exited(_) | Stop::Killed(_)) => {
+                return Err(std::io::Error::other("the program ended during the call"));
+            }
+        }
+    }
 }
 
 /// The address of `0f 05` bytes in executable memory of `pid`: in the vDSO

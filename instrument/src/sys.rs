@@ -123,6 +123,21 @@ pub fn sig_info(tid: Tid) -> io::Result<libc::siginfo_t> {
     Ok(unsafe { info.assume_init() })
 }
 
+/// The signal mask of stopped thread `tid` (the kernel's 64-bit set: bit
+/// `n - 1` is signal `n`).
+pub fn signal_mask(tid: Tid) -> io::Result<u64> {
+    let mut mask: u64 = 0;
+    // SAFETY: the kernel writes `addr` (= 8) bytes to `data`.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETSIGMASK, tid, 8usize, &mut mask as *mut u64) })?;
+    Ok(mask)
+}
+
+/// Sets the signal mask of stopped thread `tid` (see [`signal_mask`]).
+pub fn set_signal_mask(tid: Tid, mask: u64) -> io::Result<()> {
+    // SAFETY: the kernel reads `addr` (= 8) bytes from `data`.
+    check(unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize, &mask as *const u64) }).map(drop)
+}
+
 /// The message of the last `PTRACE_EVENT_*` stop (e.g. the new thread's tid).
 pub fn event_msg(tid: Tid) -> io::Result<u64> {
     let mut msg: libc::c_ulong = 0;

@@ -987,7 +987,7 @@ impl Tracer {
                 Stop::Signal { signo, event: 0 } => {
                     let addr = fault_address(tid, signo);
                     self.writer.push(thread, &Event::Signal { signo, pc: regs.rip, addr })?;
-                    signal_to_deliver = signo;
+                    signal_to_deliver = event_rules::signal_to_pass_on(tid, signo);
                 }
                 // The traced thread itself created a thread (its clone
                 // system call stops here before returning).

@@ -16,6 +16,7 @@ use trace_rt::format::{Event, TruncationReason};
 use super::{FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
 use crate::decode::DecodedInstruction;
 use crate::error::ptrace_err;
+use crate::event_rules;
 use crate::rewrite::codegen::{self, CodegenError, Context, Routines, STUB_BYTES};
 use crate::rewrite::layout::{self, RecordKind, slot};
 use crate::rewrite::records::{Converter, RecordTable};
@@ -38,9 +39,20 @@ struct CodeCache {
 
 /// A thread's record buffer (in its region: thread block, dispatch table,
 /// buffer) and the state of the record stream converted from it.
+///
+/// The thread may be stopped anywhere, also between loading its cursor and
+/// storing it back (a tick, a signal from outside): linetrace never writes
+/// the cursor or the instruction counter while the thread runs its
+/// invocation. It reads records up to the cursor and remembers where it
+/// stopped reading and what it took of the counter; the buffer starts over
+/// only at a guard-page fault, where the thread is at a known store.
 struct ThreadStream {
     region: SharedRegion,
     converter: Converter,
+    /// Address of the first record not converted yet.
+    read_from: u64,
+    /// The instruction counter's value when last read.
+    count_taken: u64,
 }
 
 /// An invocation running as translated code on one thread.
@@ -249,7 +261,7 @@ impl Tracer {
                     return self.go_on(tid, 0);
                 }
                 self.deliver(tid, signo, regs.rip, addr)?;
-                self.go_on(tid, signo)
+                self.go_on(tid, event_rules::signal_to_pass_on(tid, signo))
             }
             Stop::Signal { .. } => self.go_on(tid, 0),
         }
@@ -318,7 +330,7 @@ impl Tracer {
         } else {
             // The program's own int3.
             self.deliver(tid, libc::SIGTRAP, regs.rip, 0)?;
-            return self.go_on(tid, libc::SIGTRAP);
+            return self.go_on(tid, event_rules::signal_to_pass_on(tid, libc::SIGTRAP));
         }
         sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
         self.go_on(tid, 0)
@@ -416,8 +428,14 @@ impl Tracer {
     /// restart the store at the buffer's start.
     fn buffer_full(&mut self, tid: Tid, mut regs: Regs) -> Result<(), InstrumentError> {
         self.drain(tid, None)?;
-        let stream = self.rewriter.streams.get(&tid).ok_or_else(no_buffer)?;
+        let stream = self.rewriter.streams.get_mut(&tid).ok_or_else(no_buffer)?;
         let start = stream.region.remote + layout::BUFFER;
+        // The store restarts at the buffer's start (below), then stores its
+        // cursor past it; until then the cursor says the buffer is empty
+        // (the thread is between its cursor's load and store: it will
+        // overwrite this).
+        stream.read_from = start;
+        stream.region.set_word(slot::CURSOR as u64, start);
         // The faulting instruction is the record store `mov [tmp], value`:
         // point tmp at the emptied buffer.
         let code = self.cache_bytes(regs.rip, 15);
@@ -465,12 +483,15 @@ impl Tracer {
     fn drain(&mut self, tid: Tid, faulted: Option<u64>) -> Result<(), InstrumentError> {
         let thread = tid as u32;
         let Tracer { rewriter, writer, function_starts, code, accesses, .. } = self;
-        let Some(ThreadStream { region, converter }) = rewriter.streams.get_mut(&tid) else { return Ok(()) };
+        let Some(ThreadStream { region, converter, read_from, count_taken }) = rewriter.streams.get_mut(&tid) else {
+            return Ok(());
+        };
         let start = region.remote + layout::BUFFER;
-        let cursor = region.word(slot::CURSOR as u64);
-        let bytes = cursor.saturating_sub(start).min(layout::BUFFER_BYTES) as usize;
+        let cursor = region.word(slot::CURSOR as u64).clamp(start, start + layout::BUFFER_BYTES);
+        let from = (*read_from).clamp(start, cursor);
         let base = layout::BUFFER as usize;
-        let raw = &region.bytes()[base..base + bytes - bytes % 8];
+        let (lo, hi) = (base + (from - start) as usize, base + (cursor - start) as usize);
+        let raw = &region.bytes()[lo..hi - (hi - lo) % 8];
         // SAFETY: every bit pattern is a u64; the buffer starts page-aligned
         // in a page-aligned mapping, so the whole slice is the aligned middle.
         let (head, all, _) = unsafe { raw.align_to::<u64>() };
@@ -500,9 +521,9 @@ impl Tracer {
         }
         rewriter.batch = batch;
         *accesses += converter.accesses - converted_before;
-        region.set_word(slot::CURSOR as u64, start);
-        let mut count = region.word(slot::COUNT as u64);
-        region.set_word(slot::COUNT as u64, 0);
+        *read_from = cursor;
+        let counter = region.word(slot::COUNT as u64);
+        let mut count = counter.wrapping_sub(std::mem::replace(count_taken, counter));
         count += std::mem::take(&mut converter.extra_instructions);
         if count > 0 {
             self.instructions += count;
@@ -530,12 +551,16 @@ impl Tracer {
                     region
                 }
             };
-            self.rewriter.streams.insert(tid, ThreadStream { region, converter: Converter::default() });
+            let converter = Converter::default();
+            self.rewriter.streams.insert(tid, ThreadStream { region, converter, read_from: 0, count_taken: 0 });
         }
+        // The thread is stopped at the entry, outside translated code: the
+        // one moment its slots can be set.
         let stream = self.rewriter.streams.get_mut(&tid).ok_or_else(no_buffer)?;
         let start = stream.region.remote + layout::BUFFER;
         stream.region.set_word(slot::CURSOR as u64, start);
         stream.region.set_word(slot::COUNT as u64, 0);
+        (stream.read_from, stream.count_taken) = (start, 0);
         Ok(stream.region.remote)
     }
 
