@@ -284,8 +284,9 @@ pub struct RecordArgs {
     /// as instrumented copies of its code from a code cache in the program
     /// (hundreds of times faster than ptrace; refuses programs that use the
     /// gs segment; a gather with a ZMM index vector is counted, not recorded
-    /// per element; signal handlers see code-cache addresses in their
-    /// ucontext); `ptrace` single-steps every instruction (about 70k
+    /// per element; a signal that arrives inside the code added around an
+    /// instruction is delivered at the next original instruction, and its
+    /// handler sees original addresses in its ucontext); `ptrace` single-steps every instruction (about 70k
     /// instructions/s), the reference.
     #[arg(long, value_enum, default_value_t = BackendArg::Rewrite, conflicts_with = "allocations")]
     pub backend: BackendArg,

@@ -138,6 +138,25 @@ pub fn set_signal_mask(tid: Tid, mask: u64) -> io::Result<()> {
     check(unsafe { libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize, &mask as *const u64) }).map(drop)
 }
 
+/// Replaces the signal information of a signal-delivery stop (what a
+/// signal injected on resuming carries).
+pub fn set_sig_info(tid: Tid, info: &libc::siginfo_t) -> io::Result<()> {
+    // SAFETY: the kernel reads one siginfo_t.
+    check(unsafe { libc::ptrace(libc::PTRACE_SETSIGINFO, tid, 0, info as *const libc::siginfo_t) }).map(drop)
+}
+
+/// Queues signal `info` for thread `tid` of process `pid` again, with its
+/// information where the kernel lets another process send it (a timer's, a
+/// `sigqueue`'s), else as a plain `tgkill`.
+pub fn queue_signal(pid: Tid, tid: Tid, info: &libc::siginfo_t) {
+    // SAFETY: plain system call with a pointer to a whole siginfo_t.
+    let queued =
+        unsafe { libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, tid, info.si_signo, info as *const libc::siginfo_t) };
+    if queued != 0 {
+        kill_thread(pid, tid, info.si_signo);
+    }
+}
+
 /// The message of the last `PTRACE_EVENT_*` stop (e.g. the new thread's tid).
 pub fn event_msg(tid: Tid) -> io::Result<u64> {
     let mut msg: libc::c_ulong = 0;

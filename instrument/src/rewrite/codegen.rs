@@ -97,6 +97,11 @@ pub struct Encoded {
     /// Offsets where the copy of an original instruction starts, with its
     /// original address, in order.
     pub pcs: Vec<(u32, u64)>,
+    /// Offsets where the code of an original instruction begins (its
+    /// records, then its copy): no scratch register is in use there and
+    /// nothing of the instruction has run, so a signal may interrupt the
+    /// thread there as if at the original instruction.
+    pub boundaries: Vec<u32>,
     /// Offsets of special points: the miss trap of a dispatcher.
     pub marks: Vec<u32>,
     /// Instructions recorded approximately (gathers, scatters).
@@ -124,6 +129,8 @@ struct Emitter {
     stubs: Vec<(usize, u64)>,
     /// Indexes in `out` of copied original instructions.
     originals: Vec<(usize, u64)>,
+    /// Indexes in `out` where an original instruction's code begins.
+    boundaries: Vec<usize>,
     marks: Vec<usize>,
 }
 
@@ -152,6 +159,7 @@ impl Emitter {
             pending: None,
             stubs: Vec::new(),
             originals: Vec::new(),
+            boundaries: Vec::new(),
             marks: vec![],
         }
     }
@@ -247,6 +255,7 @@ impl Emitter {
             code: result.code_buffer,
             exits: self.stubs.iter().map(|&(i, t)| (offsets[i], t)).collect(),
             pcs: self.originals.iter().map(|&(i, p)| (offsets[i], p)).collect(),
+            boundaries: self.boundaries.iter().map(|&i| offsets[i]).collect(),
             marks: self.marks.iter().map(|&i| offsets[i]).collect(),
             approximations,
         })
@@ -420,6 +429,7 @@ impl<'a, 'b> Translator<'a, 'b> {
         if instr.segment_prefix() == Register::GS || insn.operands.iter().any(|o| o.expr.segment() == Register::GS) {
             return Err(CodegenError::UsesGs(ip));
         }
+        self.e.boundaries.push(self.e.out.len());
         let (a, b) = scratch_pair(&instr, factory);
         let spilled = !insn.operands.is_empty() || count.is_some() || insn.syscall || insn.flow != FlowControl::Next;
         if spilled {

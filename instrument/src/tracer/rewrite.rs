@@ -5,7 +5,7 @@
 //! other threads, forks, exec, allocator recognition, sites) is the ptrace
 //! backend's, shared.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -23,6 +23,9 @@ use crate::rewrite::records::{Converter, RecordTable};
 use crate::rewrite::region::SharedRegion;
 use crate::sys::{self, Regs, Stop, Tid};
 use crate::{InstrumentError, interrupt};
+use signals::{Deferred, PresentedFrame};
+
+mod signals;
 
 /// Bytes of one code cache.
 const CACHE_BYTES: u64 = 64 << 20;
@@ -63,6 +66,8 @@ struct TracedInvocation {
     ticker: Ticker,
     /// A signal is being delivered with a single step.
     delivering: bool,
+    /// A signal held back until the thread reaches a boundary.
+    deferred: Option<Deferred>,
 }
 
 /// What the rewrite backend keeps across invocations.
@@ -87,6 +92,15 @@ pub(super) struct Rewriter {
     /// address, the address of the instruction after it); each block's
     /// start -> (its first instruction, the same).
     pcs: BTreeMap<u64, (u64, u64)>,
+    /// Cache addresses where an original instruction's code begins (see
+    /// [`signals`]).
+    safe_points: HashSet<u64>,
+    /// Per thread, the signal frames whose pc linetrace made the original
+    /// one, innermost last.
+    presented: HashMap<Tid, Vec<PresentedFrame>>,
+    /// Signal trampolines that handlers return into (never in a dispatch
+    /// table, so that the return traps).
+    trampolines: HashSet<u64>,
     table: RecordTable,
     /// Events converted from records, reused between batches.
     batch: Vec<Event>,
@@ -192,7 +206,9 @@ impl Tracer {
         regs.gs_base = gs_base;
         sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
         let ticker = Ticker::start(self.pid, tid);
-        self.rewriter.active.insert(tid, TracedInvocation { index, entry_sp, ticker, delivering: false });
+        self.rewriter
+            .active
+            .insert(tid, TracedInvocation { index, entry_sp, ticker, delivering: false, deferred: None });
         sys::resume(tid, 0).map_err(ptrace_err("running translated code"))
     }
 
@@ -214,11 +230,18 @@ impl Tracer {
             // the handler's first instruction: the handler runs translated,
             // as the ptrace recorder steps through it.
             let mut regs = sys::get_regs(tid).map_err(ptrace_err("reading registers"))?;
+            self.present_frame(tid, &regs)?;
             if !self.in_cache(regs.rip) {
                 regs.rip = self.translate(tid, regs.rip)?;
                 sys::set_regs(tid, &regs).map_err(ptrace_err("entering a signal handler"))?;
             }
             return self.go_on(tid, 0);
+        }
+        if stop == (Stop::Signal { signo: libc::SIGTRAP, event: 0 })
+            && super::is_step_trap(tid)
+            && let Some(end) = self.deferred_step(tid)?
+        {
+            return Ok(end);
         }
         match stop {
             Stop::Exited(_) | Stop::Killed(_) => {
@@ -260,8 +283,7 @@ impl Tracer {
                     self.buffer_full(tid, regs)?;
                     return self.go_on(tid, 0);
                 }
-                self.deliver(tid, signo, regs.rip, addr)?;
-                self.go_on(tid, event_rules::signal_to_pass_on(tid, signo))
+                self.translated_signal(tid, signo, &regs, addr)
             }
             Stop::Signal { .. } => self.go_on(tid, 0),
         }
@@ -270,7 +292,9 @@ impl Tracer {
     /// Lets translated thread `tid` run on, delivering `signal` (0: none)
     /// with a single step so that its handler is entered translated.
     fn go_on(&mut self, tid: Tid, signal: i32) -> Result<Option<InvocationEnd>, InstrumentError> {
-        if signal == 0 {
+        if signal == 0 && self.rewriter.active.get(&tid).is_some_and(|t| t.deferred.is_some()) {
+            sys::single_step(tid, 0).map_err(ptrace_err("stepping to a boundary"))?;
+        } else if signal == 0 {
             sys::resume(tid, 0).map_err(ptrace_err("running translated code"))?;
         } else {
             if let Some(t) = self.rewriter.active.get_mut(&tid) {
@@ -320,7 +344,11 @@ impl Tracer {
                 return Ok(Some(InvocationEnd::Returned));
             }
             let translated = self.translate(tid, target)?;
-            self.add_to_table(tid, target, translated);
+            if self.rewriter.trampolines.contains(&target) {
+                self.leaving_handler(tid, regs.rsp)?;
+            } else {
+                self.add_to_table(tid, target, translated);
+            }
             regs.rip = translated;
         } else if let Some(bp) = self.entry_bp.filter(|bp| bp.addr == hit) {
             // Native code the traced call runs (an allocator's hook) entered
@@ -329,7 +357,7 @@ impl Tracer {
             return self.go_on(tid, signal);
         } else {
             // The program's own int3.
-            self.deliver(tid, libc::SIGTRAP, regs.rip, 0)?;
+            self.deliver(tid, libc::SIGTRAP, sys::sig_info(tid).ok(), regs.rip, regs.rip, 0)?;
             return self.go_on(tid, event_rules::signal_to_pass_on(tid, libc::SIGTRAP));
         }
         sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
@@ -339,6 +367,8 @@ impl Tracer {
     /// Ends `tid`'s translated invocation: its records converted, its ticker
     /// stopped. Returns the invocation's index.
     fn end_translated(&mut self, tid: Tid) -> Result<u32, InstrumentError> {
+        self.cancel_deferred(tid);
+        self.rewriter.presented.remove(&tid);
         let Some(invocation) = self.rewriter.active.remove(&tid) else { return Ok(0) };
         let (sent, seen) = invocation.ticker.finish();
         if sent > seen {
@@ -356,27 +386,6 @@ impl Tracer {
         for tid in threads {
             self.end_translated(tid)?;
         }
-        Ok(())
-    }
-
-    /// Records signal `signo` arriving at cache address `at`, after every
-    /// record before it; a fault drops the records of the instruction that
-    /// faulted (written before it ran), as the ptrace recorder never saw it
-    /// run.
-    fn deliver(&mut self, tid: Tid, signo: i32, at: u64, addr: u64) -> Result<(), InstrumentError> {
-        let info = sys::sig_info(tid).ok();
-        // A fault the instruction itself raised (the kernel's si_code > 0):
-        // it did not run, and it is the signal's pc.
-        let synchronous = super::is_fault(signo) && info.is_some_and(|i| i.si_code > 0);
-        // A signal the thread raised by the instruction it just ran (int3,
-        // or kill/raise of its own process) belongs to that instruction, as
-        // the ptrace recorder sees it arrive in that instruction's step.
-        // SAFETY: si_pid is meaningful for user-sent signals (si_code <= 0).
-        let self_sent = info.is_some_and(|i| i.si_code <= 0 && unsafe { i.si_pid() } == self.pid);
-        let raised = self_sent || (signo == libc::SIGTRAP && info.is_some_and(|i| i.si_code == super::SI_KERNEL));
-        let original = if raised && !synchronous { self.previous_pc(at) } else { self.original_pc(at) };
-        self.drain(tid, synchronous.then_some(original).flatten())?;
-        self.writer.push(tid as u32, &Event::Signal { signo, pc: original.unwrap_or(at), addr })?;
         Ok(())
     }
 
@@ -661,6 +670,7 @@ impl Tracer {
             rewriter.exits.insert(at + u64::from(off), target);
         }
         rewriter.pcs.insert(at, (pc, pc));
+        rewriter.safe_points.extend(encoded.boundaries.iter().map(|&off| at + u64::from(off)));
         // Copies come in the block's order (only a final transfer is not
         // copied): copy i is instruction i.
         for (&(off, original), insn) in encoded.pcs.iter().zip(&insns) {
