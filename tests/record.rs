@@ -234,23 +234,36 @@ fn crash_inside_function_keeps_the_trace() {
     assert_eq!(report(&trace)["exit"]["Signal"], 11);
 }
 
-/// Starts `linetrace record` of a run long enough to be interrupted:
-/// main of matmul with the naive multiply repeated 1000 times.
+/// Starts `linetrace record` of a run long enough to be interrupted (main of
+/// matmul with the naive multiply repeated a million times) and returns once
+/// it has written something.
 fn start_long_recording(name: &str) -> (std::process::Child, std::path::PathBuf, std::path::PathBuf) {
     // A copy per test, so that tests running at once can tell their
     // targets apart.
     let bin = trace_path(name).with_extension("bin");
     std::fs::copy(c_example("matmul", &[]), &bin).expect("copy the example");
     let trace = trace_path(name);
-    let child = linetrace()
+    let mut child = linetrace()
         .args(["record", "--quiet", "-f", "main", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&bin)
-        .arg("1000")
+        // ~3 ms per multiply with the rewrite backend: an hour, never
+        // finished before the test interrupts it.
+        .arg("1000000")
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn");
+    // Returns once a chunk was flushed, however slow the machine: a fixed
+    // sleep raced the recorder's start on a loaded CI machine. Soon after,
+    // so the file stays small enough to decode quickly in a debug build.
+    let partial = std::path::PathBuf::from(format!("{}.partial", trace.display()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while partial.metadata().map_or(0, |m| m.len()) < 4096 {
+        assert!(std::time::Instant::now() < deadline, "nothing flushed to {} in 120 s", partial.display());
+        assert!(child.try_wait().expect("try_wait").is_none(), "the recording ended before it was interrupted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     (child, trace, bin)
 }
 
@@ -265,12 +278,11 @@ fn running(binary: &std::path::Path) -> bool {
 #[test]
 fn kill_9_leaves_a_readable_truncated_trace() {
     let (mut child, trace, bin) = start_long_recording("kill9");
-    std::thread::sleep(Duration::from_millis(2000));
+    let partial = std::path::PathBuf::from(format!("{}.partial", trace.display()));
     child.kill().expect("kill -9");
     let _ = child.wait();
     // The recorder never finished: the file keeps its temporary name.
     assert!(!trace.exists(), "a killed recording must not look finished");
-    let partial = std::path::PathBuf::from(format!("{}.partial", trace.display()));
     let r = report(&partial);
     assert_eq!(r["truncated"], true);
     assert!(r["status"].as_str().expect("status").contains("truncated"));
@@ -284,7 +296,6 @@ fn kill_9_leaves_a_readable_truncated_trace() {
 #[test]
 fn sigterm_kills_the_target_and_marks_the_trace() {
     let (child, trace, bin) = start_long_recording("sigterm");
-    std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) of our own child.
     unsafe { libc_kill(child.id() as i32, 15) };
     let out = child.wait_with_output().expect("wait");
@@ -300,7 +311,6 @@ fn sigterm_kills_the_target_and_marks_the_trace() {
 #[test]
 fn sigint_exits_130() {
     let (child, trace, _bin) = start_long_recording("sigint");
-    std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) of our own child.
     unsafe { libc_kill(child.id() as i32, 2) };
     let out = child.wait_with_output().expect("wait");

@@ -18,9 +18,13 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-/// A fresh path for a trace file.
+/// A fresh path for a trace file, different on every call: tests run at
+/// once in one process, and two of them tracing the same function must not
+/// write (and rename) the same file.
 pub fn trace_path(name: &str) -> PathBuf {
-    scratch_dir().join(format!("{name}-{}.lntrace", std::process::id()))
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    scratch_dir().join(format!("{name}-{}-{n}.lntrace", std::process::id()))
 }
 
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
