@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use decoder::symbols::{ElfSymbols, SymbolError, SymbolPaths};
 use iced_x86::{FlowControl, InstructionInfoFactory};
-use trace_rt::format::{AllocKind, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason};
+use trace_rt::format::{
+    AllocKind, BackgroundWriter, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason,
+};
 
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
 use crate::entry::{self, FunctionSpec, LoadedModule, Plan, Resolved};
@@ -91,7 +93,9 @@ struct RepInProgress {
 
 struct Tracer {
     pid: Tid,
-    writer: TraceWriter<BufWriter<File>>,
+    /// Encodes and compresses on its own thread, beside the program and
+    /// the conversion of its records.
+    writer: BackgroundWriter<BufWriter<File>>,
     entry: u64,
     entry_bp: Option<Breakpoint>,
     rearm_pending: bool,
@@ -184,7 +188,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
     metadata.pid = pid as u32;
     metadata.start_unix_ms =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?;
+    let writer = BackgroundWriter::start(TraceWriter::new(BufWriter::with_capacity(1 << 20, file), &metadata)?)?;
 
     let mut tracer = Tracer {
         pid,
@@ -406,6 +410,9 @@ impl Tracer {
                 // SAFETY: plain kill(2) of our own child.
                 unsafe { libc::kill(self.pid, libc::SIGKILL) };
             }
+            // Records taken at the last stops are converted while every
+            // thread runs, before the next stop can need them written.
+            self.convert_taken()?;
             let (tid, stop) = match self.next_stop() {
                 Ok(s) => s,
                 Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
@@ -559,7 +566,7 @@ impl Tracer {
         let path = std::fs::read_link(format!("/proc/{}/exe", self.pid))
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "?".to_string());
-        let id = self.writer.add_string(&path);
+        let id = self.writer.add_string(&path)?;
         self.writer.push(tid as u32, &Event::Exec { path: id })?;
         self.writer.flush()?;
         self.exec = Some(path);
@@ -816,7 +823,7 @@ impl Tracer {
             }
         }
         let modules: Vec<_> = loaded.into_iter().map(|m| m.module).collect();
-        self.writer.add_modules(&modules);
+        self.writer.add_modules(&modules)?;
         Ok(())
     }
 

@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, Damage, Event, FormatError, MappedRange, Metadata, Module, Record, Site,
-    TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer, TruncationReason,
+    AccessKind, AllocKind, Allocation, BackgroundWriter, Damage, Event, FormatError, MappedRange, Metadata, Module,
+    Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer, TruncationReason,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
@@ -91,6 +91,44 @@ fn write(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usiz
     w.finish(trailer).expect("finish")
 }
 
+/// As [`write`], through a [`BackgroundWriter`]: the sites are defined as
+/// the events come to need them, and the events go one by one, as copied
+/// slices and as whole batches, switching every `run` events.
+fn write_background(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usize, run: usize) -> Vec<u8> {
+    let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header");
+    w.set_chunk_target(chunk);
+    let mut w = BackgroundWriter::start(w).expect("thread");
+    w.add_modules(&[module()]).expect("modules");
+    w.add_string("/bin/true").expect("string");
+    let mut defined = 0;
+    for (i, group) in events.chunk_by(|a, b| a.0 == b.0).flat_map(|g| g.chunks(run)).enumerate() {
+        let needed = group
+            .iter()
+            .filter_map(|(_, e)| match e {
+                Event::Access { site, .. } | Event::AccessSized { site, .. } => Some(*site as usize + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        while defined < needed {
+            assert_eq!(w.add_site(sites[defined]), defined as u32);
+            defined += 1;
+        }
+        let thread = group[0].0;
+        let batch: Vec<Event> = group.iter().map(|(_, e)| *e).collect();
+        match i % 3 {
+            0 => batch.iter().try_for_each(|e| w.push(thread, e)).expect("push"),
+            1 => w.push_all(thread, &batch).expect("push_all"),
+            _ => assert!(w.push_batch(thread, batch).expect("push_batch").is_empty()),
+        }
+    }
+    while defined < sites.len() {
+        w.add_site(sites[defined]);
+        defined += 1;
+    }
+    w.finish(trailer).expect("finish")
+}
+
 fn read_all(bytes: &[u8]) -> Result<(Vec<Record>, TraceEnd, Vec<Site>), FormatError> {
     read_all_with_damage(bytes).map(|(records, end, sites, _)| (records, end, sites))
 }
@@ -118,6 +156,29 @@ fn per_thread(records: &[(u32, Event)]) -> std::collections::BTreeMap<u32, Vec<E
 }
 
 proptest! {
+    /// The background writer writes the file the writer does.
+    #[test]
+    fn background_writer_round_trip(
+        sites in prop::collection::vec(site_strategy(), 1..20),
+        events in prop::collection::vec((0u32..3, event_strategy(20)), 0..300),
+        chunk in 1usize..512,
+        run in 1usize..40,
+    ) {
+        let events: Vec<(u32, Event)> = events.into_iter().map(|(t, e)| match e {
+            Event::Access { site, addr } => (t, Event::Access { site: site % sites.len() as u32, addr }),
+            Event::AccessSized { site, addr, size } => (t, Event::AccessSized { site: site % sites.len() as u32, addr, size }),
+            e => (t, e),
+        }).collect();
+        let trailer = Trailer { exit: Some(TargetExit::Code(3)), truncated: None };
+        let bytes = write_background(&sites, &events, &trailer, chunk, run);
+        let (records, end, read_sites, damage) = read_all_with_damage(&bytes).expect("reads back");
+        prop_assert!(damage.is_empty());
+        prop_assert_eq!(read_sites, sites);
+        prop_assert_eq!(end, TraceEnd::Finished(trailer));
+        let got: Vec<(u32, Event)> = records.iter().map(|r| (r.thread, r.event)).collect();
+        prop_assert_eq!(per_thread(&got), per_thread(&events));
+    }
+
     #[test]
     fn round_trip(
         sites in prop::collection::vec(site_strategy(), 1..20),
@@ -412,4 +473,16 @@ fn event_threads_come_from_the_chunk_headers() {
     assert_eq!(trace_rt::format::event_threads(&path).expect("readable"), None, "a cut chunk");
     std::fs::write(&path, b"not a trace at all").expect("write");
     assert!(trace_rt::format::event_threads(&path).is_err());
+}
+
+/// An error on the writer's thread (an event of a site never defined) comes
+/// back from a later call, at the latest from `finish`, and the file keeps
+/// what was written before it.
+#[test]
+fn background_writer_returns_the_threads_error() {
+    let mut w = BackgroundWriter::start(TraceWriter::new(Vec::new(), &metadata()).expect("header")).expect("thread");
+    w.push(1, &Event::Return { sp: 0x7fff_0000 }).expect("push");
+    w.push(1, &Event::Access { site: 7, addr: 0x1000 }).expect("queued, not checked yet");
+    let err = w.finish(&Trailer::default()).expect_err("site 7 was never defined");
+    assert!(err.to_string().contains("site 7 was never defined"), "{err}");
 }

@@ -44,15 +44,25 @@ pub mod slot {
 pub const TABLE: i64 = 0x1000;
 /// Entries in the dispatch table.
 pub const TABLE_ENTRIES: u64 = 1 << 16;
-/// Start of the record buffer.
+/// Start of the record buffer: two halves, each followed by a guard page.
+/// The thread fills one half while linetrace converts the other.
 pub const BUFFER: u64 = TABLE as u64 + TABLE_ENTRIES * 16;
-/// Bytes of records the buffer holds before linetrace empties it.
-pub const BUFFER_BYTES: u64 = 32 << 20;
-/// The page after the buffer, mapped without access: the store of the record
-/// that would overflow faults there, and linetrace empties the buffer.
-pub const GUARD: u64 = BUFFER + BUFFER_BYTES;
+/// Bytes of records one half holds. Small enough that the records are
+/// still in the shared cache when linetrace reads them, large enough that
+/// the fault that switches halves (a ptrace stop) is rare: one per 1M
+/// records.
+pub const HALF_BYTES: u64 = 8 << 20;
+/// Where half `h` (0 or 1) of the record buffer starts.
+pub const fn half(h: u64) -> u64 {
+    BUFFER + h * (HALF_BYTES + 4096)
+}
+/// The page after half `h`, mapped without access: the store of the record
+/// that would overflow faults there, and the thread moves to the other half.
+pub const fn guard(h: u64) -> u64 {
+    half(h) + HALF_BYTES
+}
 /// Bytes of the whole thread region.
-pub const THREAD_REGION_BYTES: u64 = GUARD + 4096;
+pub const THREAD_REGION_BYTES: u64 = guard(1) + 4096;
 
 /// Bits of a record's value.
 pub const VALUE_BITS: u32 = 48;
@@ -163,6 +173,7 @@ mod tests {
         assert_eq!(split(errno), (3, (-12i64) as u64));
     }
 
-    const _: () = assert!(BUFFER.is_multiple_of(4096), "records are read as aligned u64s");
+    const _: () = assert!(half(1).is_multiple_of(4096), "records are read as aligned u64s");
+    const _: () = assert!(BUFFER.is_multiple_of(4096) && HALF_BYTES.is_multiple_of(4096));
     const _: () = assert!(slot::SPILL_RAX + 8 <= slot::VECTOR && slot::VECTOR + 32 <= TABLE);
 }

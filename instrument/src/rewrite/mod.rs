@@ -26,17 +26,22 @@
 //!   only on a miss. Calls push the original return address.
 //! - Allocators run natively: their entry records the arguments and sends
 //!   the return through a routine that records the result.
-//! - A full buffer faults on its guard page; linetrace converts the records
-//!   to events and restarts the store. A ticker stops the thread once a
-//!   second for the same (progress, and at most a second lost to a
-//!   `kill -9` of the recorder).
-//! - Signals are delivered with a single step, so handlers run translated;
-//!   a fault drops the records of the instruction that did not run. Threads
-//!   and forked children created inside the call continue natively.
+//! - The record buffer has two halves, each followed by a guard page. A
+//!   full half faults there; linetrace takes its records, points the store
+//!   at the other half and lets the thread go, then converts the records
+//!   while the thread runs: the program, the conversion and the trace
+//!   writer (encoding, zstd, on a thread of its own: `BackgroundWriter`)
+//!   run at once on two cores. A ticker stops the thread once a second to
+//!   take its records the same way (progress, and at most a second lost to
+//!   a `kill -9` of the recorder).
+//! - Signals are delivered with a single step at an instruction boundary,
+//!   so handlers run translated and see original pcs in their `ucontext`
+//!   (see `tracer::rewrite::signals`); a fault drops the records of the
+//!   instruction that did not run. Threads and forked children created
+//!   inside the call continue natively.
 //!
-//! Known approximations: a ZMM index vector of a gather is not read (counted
-//! in [`crate::RecordSummary::approximated`]); handlers see cache addresses
-//! in their `ucontext`.
+//! Known approximation: a ZMM index vector of a gather is not read (counted
+//! in [`crate::RecordSummary::approximated`]).
 
 pub mod codegen;
 pub mod layout;

@@ -87,11 +87,15 @@ impl Converter {
         function_starts: &HashSet<u64>,
         mut push: impl FnMut(&Event) -> Result<(), E>,
     ) -> Result<(), E> {
+        // Plain accesses (nearly every record) are counted in a register,
+        // not read and written in memory per record. An error return loses
+        // the count, with the recording.
+        let mut plain_accesses = 0u64;
         for (index, &record) in records.iter().enumerate() {
             let (tag, value) = layout::split(record);
             if let Some(&site) = table.access_sites.get(usize::from(tag)).filter(|&&s| s != NOT_ACCESS) {
                 if self.awaiting_target.is_none() {
-                    self.accesses += 1;
+                    plain_accesses += 1;
                     push(&Event::Access { site, addr: value })?;
                     continue;
                 }
@@ -178,6 +182,7 @@ impl Converter {
                 }
             }
         }
+        self.accesses += plain_accesses;
         Ok(())
     }
 

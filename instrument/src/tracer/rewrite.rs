@@ -41,21 +41,34 @@ struct CodeCache {
 }
 
 /// A thread's record buffer (in its region: thread block, dispatch table,
-/// buffer) and the state of the record stream converted from it.
+/// two buffer halves) and the state of the record stream converted from it.
 ///
 /// The thread may be stopped anywhere, also between loading its cursor and
 /// storing it back (a tick, a signal from outside): linetrace never writes
 /// the cursor or the instruction counter while the thread runs its
 /// invocation. It reads records up to the cursor and remembers where it
-/// stopped reading and what it took of the counter; the buffer starts over
-/// only at a guard-page fault, where the thread is at a known store.
+/// stopped reading and what it took of the counter; the thread moves to the
+/// other half only at a guard-page fault, where it is at a known store.
 struct ThreadStream {
     region: SharedRegion,
     converter: Converter,
-    /// Address of the first record not converted yet.
+    /// The half the thread fills (0 or 1).
+    half: u64,
+    /// Address of the first record not taken yet (in `half`).
     read_from: u64,
     /// The instruction counter's value when last read.
     count_taken: u64,
+}
+
+/// Records taken from a thread's buffer (the thread was stopped) and not
+/// converted yet: converted while the thread runs on in the other half or
+/// past them, so that the program and linetrace use both cores.
+struct TakenRecords {
+    tid: Tid,
+    /// Offsets of the records in the thread's region.
+    records: std::ops::Range<usize>,
+    /// Instructions counted with them.
+    count: u64,
 }
 
 /// An invocation running as translated code on one thread.
@@ -104,6 +117,9 @@ pub(super) struct Rewriter {
     table: RecordTable,
     /// Events converted from records, reused between batches.
     batch: Vec<Event>,
+    /// Records taken at a stop, converted after the thread was let go, in
+    /// the order taken.
+    to_convert: Vec<TakenRecords>,
     /// Gather and scatter instructions translated without recording their
     /// elements (ZMM index vectors).
     pub(super) approximations: u64,
@@ -268,12 +284,9 @@ impl Tracer {
             }
             Stop::Signal { signo: libc::SIGTRAP, event: 0 } if raised_by_int3(tid) => self.translated_trap(tid),
             Stop::Signal { signo: libc::SIGSTOP, event: 0 } if self.take_tick(tid) => {
-                // Our tick: write out what was recorded, report progress
-                // (once for all the threads that tick at about this time).
-                self.drain(tid, None)?;
-                if self.last_flush.elapsed() >= FLUSH_EVERY / 2 {
-                    self.flush_and_report(thread)?;
-                }
+                // Our tick: what was recorded is written out (converted
+                // once the thread runs on; see `convert_taken`).
+                self.take_records(tid);
                 self.go_on(tid, 0)
             }
             Stop::Signal { signo, event: 0 } => {
@@ -427,20 +440,26 @@ impl Tracer {
         }
     }
 
-    /// Whether `addr` is the guard page after `tid`'s record buffer.
+    /// Whether `addr` is the guard page after the half of `tid`'s record
+    /// buffer it fills.
     fn is_guard(&self, tid: Tid, addr: u64) -> bool {
-        let guard = |r: &SharedRegion| r.remote + layout::GUARD..r.remote + layout::GUARD + 4096;
-        self.rewriter.streams.get(&tid).is_some_and(|s| guard(&s.region).contains(&addr))
+        let guard = |s: &ThreadStream| {
+            let at = s.region.remote + layout::guard(s.half);
+            at..at + 4096
+        };
+        self.rewriter.streams.get(&tid).is_some_and(|s| guard(s).contains(&addr))
     }
 
-    /// The buffer is full (a record store hit the guard page): empty it and
-    /// restart the store at the buffer's start.
+    /// The half is full (a record store hit its guard page): its records
+    /// are taken, to be converted while the thread fills the other half,
+    /// which was converted before this stop (see `convert_taken`).
     fn buffer_full(&mut self, tid: Tid, mut regs: Regs) -> Result<(), InstrumentError> {
-        self.drain(tid, None)?;
+        self.take_records(tid);
         let stream = self.rewriter.streams.get_mut(&tid).ok_or_else(no_buffer)?;
-        let start = stream.region.remote + layout::BUFFER;
-        // The store restarts at the buffer's start (below), then stores its
-        // cursor past it; until then the cursor says the buffer is empty
+        stream.half = 1 - stream.half;
+        let start = stream.region.remote + layout::half(stream.half);
+        // The store restarts at the other half's start (below), then stores
+        // its cursor past it; until then the cursor says the half is empty
         // (the thread is between its cursor's load and store: it will
         // overwrite this).
         stream.read_from = start;
@@ -486,22 +505,65 @@ impl Tracer {
         Vec::new()
     }
 
-    /// Converts the records written so far into events and empties the
-    /// buffer. With `faulted`, records of that instruction at the end (it
-    /// did not run) are dropped.
+    /// Converts the records `tid` wrote so far into events, after those
+    /// taken before. With `faulted`, records of that instruction at the end
+    /// (it did not run) are dropped.
     fn drain(&mut self, tid: Tid, faulted: Option<u64>) -> Result<(), InstrumentError> {
+        self.convert_taken()?;
+        self.take_records(tid);
+        let Some(taken) = self.rewriter.to_convert.pop() else { return Ok(()) };
+        self.convert(taken, faulted)
+    }
+
+    /// Takes the records `tid` wrote since the last take, with the
+    /// instructions it counted meanwhile, for [`Self::convert_taken`]. The
+    /// thread is stopped: its cursor and counter agree with each other.
+    fn take_records(&mut self, tid: Tid) {
+        let Some(stream) = self.rewriter.streams.get_mut(&tid) else { return };
+        let start = stream.region.remote + layout::half(stream.half);
+        let cursor = stream.region.word(slot::CURSOR as u64).clamp(start, start + layout::HALF_BYTES);
+        let from = stream.read_from.clamp(start, cursor);
+        let (lo, hi) = ((from - stream.region.remote) as usize, (cursor - stream.region.remote) as usize);
+        stream.read_from = cursor;
+        let counter = stream.region.word(slot::COUNT as u64);
+        let count = counter.wrapping_sub(std::mem::replace(&mut stream.count_taken, counter));
+        self.rewriter.to_convert.push(TakenRecords { tid, records: lo..hi - (hi - lo) % 8, count });
+    }
+
+    /// Converts every record taken and not converted yet, in the order
+    /// taken (the threads run meanwhile, in the other half of their buffer
+    /// or past the records taken); writes the trace out about once per
+    /// `FLUSH_EVERY`. Called before waiting for the next stop, so that no
+    /// stop finds records taken before it unconverted.
+    pub(super) fn convert_taken(&mut self) -> Result<(), InstrumentError> {
+        if self.rewriter.to_convert.is_empty() {
+            return Ok(());
+        }
+        let taken = std::mem::take(&mut self.rewriter.to_convert);
+        let mut last_thread = None;
+        for t in taken {
+            last_thread = Some(t.tid as u32);
+            self.convert(t, None)?;
+        }
+        if let Some(thread) = last_thread.filter(|_| self.last_flush.elapsed() >= FLUSH_EVERY / 2) {
+            // Progress is reported once for all the threads that tick at
+            // about this time.
+            self.flush_and_report(thread)?;
+        }
+        Ok(())
+    }
+
+    /// Converts taken records into events. With `faulted`, records of that
+    /// instruction at the end (it did not run) are dropped.
+    fn convert(&mut self, taken: TakenRecords, faulted: Option<u64>) -> Result<(), InstrumentError> {
+        let TakenRecords { tid, records, count } = taken;
         let thread = tid as u32;
         let Tracer { rewriter, writer, function_starts, code, accesses, .. } = self;
-        let Some(ThreadStream { region, converter, read_from, count_taken }) = rewriter.streams.get_mut(&tid) else {
+        let Some(ThreadStream { region, converter, .. }) = rewriter.streams.get_mut(&tid) else {
             return Ok(());
         };
-        let start = region.remote + layout::BUFFER;
-        let cursor = region.word(slot::CURSOR as u64).clamp(start, start + layout::BUFFER_BYTES);
-        let from = (*read_from).clamp(start, cursor);
-        let base = layout::BUFFER as usize;
-        let (lo, hi) = (base + (from - start) as usize, base + (cursor - start) as usize);
-        let raw = &region.bytes()[lo..hi - (hi - lo) % 8];
-        // SAFETY: every bit pattern is a u64; the buffer starts page-aligned
+        let raw = &region.bytes()[records];
+        // SAFETY: every bit pattern is a u64; the halves start page-aligned
         // in a page-aligned mapping, so the whole slice is the aligned middle.
         let (head, all, _) = unsafe { raw.align_to::<u64>() };
         debug_assert!(head.is_empty());
@@ -517,7 +579,7 @@ impl Tracer {
                 }
             }
         }
-        // Converted in batches, each handed to the writer in one call.
+        // Converted in batches, each handed to the writer's thread whole.
         let mut batch = std::mem::take(&mut rewriter.batch);
         let converted_before = converter.accesses;
         for part in records.chunks(1 << 16) {
@@ -526,14 +588,11 @@ impl Tracer {
                 batch.push(*e);
                 Ok::<(), InstrumentError>(())
             })?;
-            writer.push_all(thread, &batch)?;
+            batch = writer.push_batch(thread, batch)?;
         }
         rewriter.batch = batch;
         *accesses += converter.accesses - converted_before;
-        *read_from = cursor;
-        let counter = region.word(slot::COUNT as u64);
-        let mut count = counter.wrapping_sub(std::mem::replace(count_taken, counter));
-        count += std::mem::take(&mut converter.extra_instructions);
+        let count = count + std::mem::take(&mut converter.extra_instructions);
         if count > 0 {
             self.instructions += count;
             self.writer.push(thread, &Event::Stepped { count })?;
@@ -551,7 +610,9 @@ impl Tracer {
                 None => {
                     let prot = libc::PROT_READ | libc::PROT_WRITE;
                     let mut region = SharedRegion::create(self.pid, tid, layout::THREAD_REGION_BYTES, prot, None)?;
-                    region.protect_none(self.pid, tid, layout::GUARD, 4096)?;
+                    for h in 0..2 {
+                        region.protect_none(self.pid, tid, layout::guard(h), 4096)?;
+                    }
                     // Empty entries hold a key no target has (all ones,
                     // negated: 1).
                     for i in 0..layout::TABLE_ENTRIES {
@@ -561,12 +622,16 @@ impl Tracer {
                 }
             };
             let converter = Converter::default();
-            self.rewriter.streams.insert(tid, ThreadStream { region, converter, read_from: 0, count_taken: 0 });
+            let stream = ThreadStream { region, converter, half: 0, read_from: 0, count_taken: 0 };
+            self.rewriter.streams.insert(tid, stream);
         }
         // The thread is stopped at the entry, outside translated code: the
-        // one moment its slots can be set.
+        // one moment its slots can be set. Its records taken before are
+        // converted first: both halves are free.
+        self.convert_taken()?;
         let stream = self.rewriter.streams.get_mut(&tid).ok_or_else(no_buffer)?;
-        let start = stream.region.remote + layout::BUFFER;
+        stream.half = 0;
+        let start = stream.region.remote + layout::half(0);
         stream.region.set_word(slot::CURSOR as u64, start);
         stream.region.set_word(slot::COUNT as u64, 0);
         (stream.read_from, stream.count_taken) = (start, 0);
@@ -575,6 +640,7 @@ impl Tracer {
 
     /// Thread `tid` exited: its region goes to the next new thread.
     pub(super) fn forget_thread(&mut self, tid: Tid) {
+        debug_assert!(!self.rewriter.to_convert.iter().any(|t| t.tid == tid), "records of {tid} left unconverted");
         if let Some(stream) = self.rewriter.streams.remove(&tid) {
             self.rewriter.spare_regions.push(stream.region);
         }

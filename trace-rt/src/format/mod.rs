@@ -72,6 +72,7 @@
 //! ([`MAX_CHUNK_BYTES`]) so a corrupt header cannot make the reader allocate
 //! more than a few tens of megabytes.
 
+mod background;
 mod error;
 mod event;
 mod reader;
@@ -79,6 +80,7 @@ mod writer;
 
 pub mod varint;
 
+pub use background::BackgroundWriter;
 pub use error::FormatError;
 pub use event::{ChunkDecoder, ChunkEncoder};
 pub use reader::{ChunkPosition, Damage, Record, TraceEnd, TraceReader, event_threads};

@@ -102,6 +102,11 @@ impl<W: Write> TraceWriter<W> {
         let _ = self.compressor.set_compression_level(self.level);
     }
 
+    /// How many sites and strings were defined: the next ids.
+    pub fn definitions(&self) -> (SiteId, StringId) {
+        (self.sites_defined, self.strings_defined)
+    }
+
     /// Bytes written to the output so far.
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written
