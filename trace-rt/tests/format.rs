@@ -155,6 +155,30 @@ fn per_thread(records: &[(u32, Event)]) -> std::collections::BTreeMap<u32, Vec<E
     m
 }
 
+/// Events whose sites are taken modulo the number of sites (all defined).
+fn with_defined_sites(sites: &[Site], events: Vec<(u32, Event)>) -> Vec<(u32, Event)> {
+    let n = sites.len() as u32;
+    events
+        .into_iter()
+        .map(|(t, e)| match e {
+            Event::Access { site, addr } => (t, Event::Access { site: site % n, addr }),
+            Event::AccessSized { site, addr, size } => (t, Event::AccessSized { site: site % n, addr, size }),
+            e => (t, e),
+        })
+        .collect()
+}
+
+/// Reads `bytes` back: undamaged, the same sites, ended by `trailer`, each
+/// thread's events in order.
+fn assert_reads_back(bytes: &[u8], sites: &[Site], events: &[(u32, Event)], trailer: Trailer) {
+    let (records, end, read_sites, damage) = read_all_with_damage(bytes).expect("reads back");
+    assert!(damage.is_empty(), "{damage:?}");
+    assert_eq!(read_sites, sites);
+    assert_eq!(end, TraceEnd::Finished(trailer));
+    let got: Vec<(u32, Event)> = records.iter().map(|r| (r.thread, r.event)).collect();
+    assert_eq!(per_thread(&got), per_thread(events));
+}
+
 proptest! {
     /// The background writer writes the file the writer does.
     #[test]
@@ -164,19 +188,10 @@ proptest! {
         chunk in 1usize..512,
         run in 1usize..40,
     ) {
-        let events: Vec<(u32, Event)> = events.into_iter().map(|(t, e)| match e {
-            Event::Access { site, addr } => (t, Event::Access { site: site % sites.len() as u32, addr }),
-            Event::AccessSized { site, addr, size } => (t, Event::AccessSized { site: site % sites.len() as u32, addr, size }),
-            e => (t, e),
-        }).collect();
+        let events = with_defined_sites(&sites, events);
         let trailer = Trailer { exit: Some(TargetExit::Code(3)), truncated: None };
         let bytes = write_background(&sites, &events, &trailer, chunk, run);
-        let (records, end, read_sites, damage) = read_all_with_damage(&bytes).expect("reads back");
-        prop_assert!(damage.is_empty());
-        prop_assert_eq!(read_sites, sites);
-        prop_assert_eq!(end, TraceEnd::Finished(trailer));
-        let got: Vec<(u32, Event)> = records.iter().map(|r| (r.thread, r.event)).collect();
-        prop_assert_eq!(per_thread(&got), per_thread(&events));
+        assert_reads_back(&bytes, &sites, &events, trailer);
     }
 
     #[test]
@@ -185,19 +200,10 @@ proptest! {
         events in prop::collection::vec((0u32..3, event_strategy(20)), 0..300),
         chunk in 1usize..512,
     ) {
-        let events: Vec<(u32, Event)> = events.into_iter().map(|(t, e)| match e {
-            Event::Access { site, addr } => (t, Event::Access { site: site % sites.len() as u32, addr }),
-            Event::AccessSized { site, addr, size } => (t, Event::AccessSized { site: site % sites.len() as u32, addr, size }),
-            e => (t, e),
-        }).collect();
+        let events = with_defined_sites(&sites, events);
         let trailer = Trailer { exit: Some(TargetExit::Code(3)), truncated: None };
         let bytes = write(&sites, &events, &trailer, chunk);
-        let (records, end, read_sites, damage) = read_all_with_damage(&bytes).expect("reads back");
-        prop_assert!(damage.is_empty());
-        prop_assert_eq!(read_sites, sites);
-        prop_assert_eq!(end, TraceEnd::Finished(trailer));
-        let got: Vec<(u32, Event)> = records.iter().map(|r| (r.thread, r.event)).collect();
-        prop_assert_eq!(per_thread(&got), per_thread(&events));
+        assert_reads_back(&bytes, &sites, &events, trailer);
     }
 
     #[test]
