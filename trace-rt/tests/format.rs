@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, BackgroundWriter, Damage, Event, FormatError, MappedRange, Metadata, Module,
-    Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer, TruncationReason,
+    AccessKind, AllocKind, Allocation, BackgroundWriter, Damage, Event, EventBatch, FormatError, MappedRange, Metadata,
+    Module, Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer, TruncationReason,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
@@ -119,7 +119,12 @@ fn write_background(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, 
         match i % 3 {
             0 => batch.iter().try_for_each(|e| w.push(thread, e)).expect("push"),
             1 => w.push_all(thread, &batch).expect("push_all"),
-            _ => assert!(w.push_batch(thread, batch).expect("push_batch").is_empty()),
+            _ => {
+                let mut whole = EventBatch::new();
+                batch.iter().for_each(|e| whole.push(e));
+                assert_eq!(whole.events().collect::<Vec<_>>(), batch);
+                assert!(w.push_batch(thread, whole).expect("push_batch").is_empty());
+            }
         }
     }
     while defined < sites.len() {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
-use trace_rt::format::{Event, TruncationReason};
+use trace_rt::format::{Event, EventBatch, TruncationReason};
 
 use super::{FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
 use crate::decode::DecodedInstruction;
@@ -116,7 +116,7 @@ pub(super) struct Rewriter {
     trampolines: HashSet<u64>,
     table: RecordTable,
     /// Events converted from records, reused between batches.
-    batch: Vec<Event>,
+    batch: EventBatch,
     /// Records taken at a stop, converted after the thread was let go, in
     /// the order taken.
     to_convert: Vec<TakenRecords>,
@@ -585,7 +585,7 @@ impl Tracer {
         for part in records.chunks(1 << 16) {
             batch.clear();
             converter.convert(part, &rewriter.table, function_starts, |e| {
-                batch.push(*e);
+                batch.push(e);
                 Ok::<(), InstrumentError>(())
             })?;
             batch = writer.push_batch(thread, batch)?;

@@ -18,7 +18,7 @@ use std::io::Write;
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
 use std::thread::JoinHandle;
 
-use super::{Event, FormatError, Module, Site, SiteId, StringId, ThreadId, TraceWriter, Trailer};
+use super::{Event, EventBatch, FormatError, Module, Site, SiteId, StringId, ThreadId, TraceWriter, Trailer};
 
 /// Single events are sent in groups of this many (with anything else sent
 /// first): one channel message per event would cost more than the event.
@@ -33,7 +33,7 @@ enum Command {
     String(String),
     Modules(Vec<Module>),
     Singles(Vec<(ThreadId, Event)>),
-    Events(ThreadId, Vec<Event>),
+    Events(ThreadId, EventBatch),
     Flush,
     Finish(Trailer),
 }
@@ -42,8 +42,8 @@ enum Command {
 /// writer's; [`Self::push_batch`] hands over a whole batch without copying.
 pub struct BackgroundWriter<W: Write + Send + 'static> {
     commands: Option<SyncSender<Command>>,
-    /// Event vectors the thread is done with, for the next batches.
-    recycled: Receiver<Vec<Event>>,
+    /// Batches the thread is done with, for the next ones.
+    recycled: Receiver<EventBatch>,
     thread: Option<JoinHandle<Result<W, FormatError>>>,
     singles: Vec<(ThreadId, Event)>,
     pending_sites: Vec<Site>,
@@ -103,13 +103,13 @@ impl<W: Write + Send + 'static> BackgroundWriter<W> {
     /// Appends many events of one thread.
     pub fn push_all(&mut self, thread: ThreadId, events: &[Event]) -> Result<(), FormatError> {
         let mut batch = self.empty_batch();
-        batch.extend_from_slice(events);
+        events.iter().for_each(|e| batch.push(e));
         self.send(Command::Events(thread, batch))
     }
 
     /// Appends a batch of events of one thread without copying it; returns
-    /// an empty vector to fill with the next batch.
-    pub fn push_batch(&mut self, thread: ThreadId, events: Vec<Event>) -> Result<Vec<Event>, FormatError> {
+    /// an empty batch to fill with the next events.
+    pub fn push_batch(&mut self, thread: ThreadId, events: EventBatch) -> Result<EventBatch, FormatError> {
         self.send(Command::Events(thread, events))?;
         Ok(self.empty_batch())
     }
@@ -127,14 +127,14 @@ impl<W: Write + Send + 'static> BackgroundWriter<W> {
         sent.and(written)
     }
 
-    /// An empty vector for a batch: one the thread is done with if any.
-    fn empty_batch(&mut self) -> Vec<Event> {
+    /// An empty batch: one the thread is done with if any.
+    fn empty_batch(&mut self) -> EventBatch {
         match self.recycled.try_recv() {
             Ok(mut v) => {
                 v.clear();
                 v
             }
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => Vec::new(),
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => EventBatch::new(),
         }
     }
 
@@ -199,7 +199,7 @@ impl<W: Write + Send + 'static> Drop for BackgroundWriter<W> {
 fn run<W: Write>(
     mut writer: TraceWriter<W>,
     commands: &Receiver<Command>,
-    recycle: &Sender<Vec<Event>>,
+    recycle: &Sender<EventBatch>,
 ) -> Result<W, FormatError> {
     while let Ok(command) = commands.recv() {
         match command {
@@ -218,7 +218,7 @@ fn run<W: Write>(
                 }
             }
             Command::Events(thread, events) => {
-                writer.push_all(thread, &events)?;
+                writer.push_batch(thread, &events)?;
                 let _ = recycle.send(events);
             }
             Command::Flush => writer.flush()?,

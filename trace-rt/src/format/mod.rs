@@ -73,6 +73,7 @@
 //! more than a few tens of megabytes.
 
 mod background;
+mod batch;
 mod error;
 mod event;
 mod reader;
@@ -81,6 +82,7 @@ mod writer;
 pub mod varint;
 
 pub use background::BackgroundWriter;
+pub use batch::EventBatch;
 pub use error::FormatError;
 pub use event::{ChunkDecoder, ChunkEncoder};
 pub use reader::{ChunkPosition, Damage, Record, TraceEnd, TraceReader, event_threads};

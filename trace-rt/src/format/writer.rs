@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use super::event::{encode_sites, put_events_prefix};
 use super::{
-    CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
-    Site, SiteId, StringId, ThreadId, Trailer, VERSION,
+    CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, EventBatch, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata,
+    Module, Site, SiteId, StringId, ThreadId, Trailer, VERSION,
 };
 
 /// Raw bytes buffered per thread before its chunk is compressed and written.
@@ -143,6 +143,43 @@ impl<W: Write> TraceWriter<W> {
     pub fn push_all(&mut self, thread: ThreadId, events: &[Event]) -> Result<(), FormatError> {
         let i = self.thread_index(thread);
         events.iter().try_for_each(|event| self.push_at(i, event))
+    }
+
+    /// Appends a batch of events of one thread: the same as pushing each,
+    /// with runs of plain accesses encoded in one tight loop.
+    pub fn push_batch(&mut self, thread: ThreadId, batch: &EventBatch) -> Result<(), FormatError> {
+        let i = self.thread_index(thread);
+        for run in batch.runs() {
+            self.push_accesses(i, run.sites, run.addrs)?;
+            if let Some(event) = run.then {
+                self.push_at(i, event)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `Event::Access { site: sites[k], addr: addrs[k] }` for every k, as
+    /// [`Self::push_at`] would push them.
+    fn push_accesses(&mut self, i: usize, sites: &[SiteId], addrs: &[u64]) -> Result<(), FormatError> {
+        if let Some(site) = sites.iter().find(|&&s| s >= self.sites_defined) {
+            return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
+        }
+        let mut k = 0;
+        while k < sites.len() {
+            let t = &mut self.threads[i];
+            if t.encoder.is_empty() {
+                t.first_time = self.started.elapsed().as_nanos() as u64;
+            }
+            while k < sites.len() && t.encoder.len() < self.chunk_target {
+                t.encoder.push_access(sites[k], addrs[k]);
+                k += 1;
+            }
+            if t.encoder.len() >= self.chunk_target {
+                self.flush_definitions()?;
+                self.write_events(i)?;
+            }
+        }
+        Ok(())
     }
 
     /// Index of `thread`'s buffer, made on first use.
