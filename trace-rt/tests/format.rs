@@ -92,8 +92,8 @@ fn write(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usiz
 }
 
 /// As [`write`], through a [`BackgroundWriter`]: the sites are defined as
-/// the events come to need them, and the events go one by one, as copied
-/// slices and as whole batches, switching every `run` events.
+/// the events come to need them, and the events go one by one and as whole
+/// batches, switching every `run` events.
 fn write_background(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usize, run: usize) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header");
     w.set_chunk_target(chunk);
@@ -116,9 +116,8 @@ fn write_background(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, 
         }
         let thread = group[0].0;
         let batch: Vec<Event> = group.iter().map(|(_, e)| *e).collect();
-        match i % 3 {
+        match i % 2 {
             0 => batch.iter().try_for_each(|e| w.push(thread, e)).expect("push"),
-            1 => w.push_all(thread, &batch).expect("push_all"),
             _ => {
                 let mut whole = EventBatch::new();
                 batch.iter().for_each(|e| whole.push(e));

@@ -286,7 +286,7 @@ impl Tracer {
             Stop::Signal { signo: libc::SIGSTOP, event: 0 } if self.take_tick(tid) => {
                 // Our tick: what was recorded is written out (converted
                 // once the thread runs on; see `convert_taken`).
-                self.take_records(tid);
+                self.defer_records(tid);
                 self.go_on(tid, 0)
             }
             Stop::Signal { signo, event: 0 } => {
@@ -454,7 +454,7 @@ impl Tracer {
     /// are taken, to be converted while the thread fills the other half,
     /// which was converted before this stop (see `convert_taken`).
     fn buffer_full(&mut self, tid: Tid, mut regs: Regs) -> Result<(), InstrumentError> {
-        self.take_records(tid);
+        self.defer_records(tid);
         let stream = self.rewriter.streams.get_mut(&tid).ok_or_else(no_buffer)?;
         stream.half = 1 - stream.half;
         let start = stream.region.remote + layout::half(stream.half);
@@ -510,16 +510,25 @@ impl Tracer {
     /// (it did not run) are dropped.
     fn drain(&mut self, tid: Tid, faulted: Option<u64>) -> Result<(), InstrumentError> {
         self.convert_taken()?;
-        self.take_records(tid);
-        let Some(taken) = self.rewriter.to_convert.pop() else { return Ok(()) };
-        self.convert(taken, faulted)
+        match self.take_records(tid) {
+            Some(taken) => self.convert(taken, faulted),
+            None => Ok(()),
+        }
     }
 
-    /// Takes the records `tid` wrote since the last take, with the
-    /// instructions it counted meanwhile, for [`Self::convert_taken`]. The
-    /// thread is stopped: its cursor and counter agree with each other.
-    fn take_records(&mut self, tid: Tid) {
-        let Some(stream) = self.rewriter.streams.get_mut(&tid) else { return };
+    /// Takes `tid`'s records now, to be converted by [`Self::convert_taken`]
+    /// once the thread runs on.
+    fn defer_records(&mut self, tid: Tid) {
+        if let Some(taken) = self.take_records(tid) {
+            self.rewriter.to_convert.push(taken);
+        }
+    }
+
+    /// The records `tid` wrote since the last take, with the instructions
+    /// it counted meanwhile. The thread is stopped: its cursor and counter
+    /// agree with each other.
+    fn take_records(&mut self, tid: Tid) -> Option<TakenRecords> {
+        let stream = self.rewriter.streams.get_mut(&tid)?;
         let start = stream.region.remote + layout::half(stream.half);
         let cursor = stream.region.word(slot::CURSOR as u64).clamp(start, start + layout::HALF_BYTES);
         let from = stream.read_from.clamp(start, cursor);
@@ -527,7 +536,7 @@ impl Tracer {
         stream.read_from = cursor;
         let counter = stream.region.word(slot::COUNT as u64);
         let count = counter.wrapping_sub(std::mem::replace(&mut stream.count_taken, counter));
-        self.rewriter.to_convert.push(TakenRecords { tid, records: lo..hi - (hi - lo) % 8, count });
+        Some(TakenRecords { tid, records: lo..hi - (hi - lo) % 8, count })
     }
 
     /// Converts every record taken and not converted yet, in the order

@@ -100,13 +100,6 @@ impl<W: Write + Send + 'static> BackgroundWriter<W> {
         Ok(())
     }
 
-    /// Appends many events of one thread.
-    pub fn push_all(&mut self, thread: ThreadId, events: &[Event]) -> Result<(), FormatError> {
-        let mut batch = self.empty_batch();
-        events.iter().for_each(|e| batch.push(e));
-        self.send(Command::Events(thread, batch))
-    }
-
     /// Appends a batch of events of one thread without copying it; returns
     /// an empty batch to fill with the next events.
     pub fn push_batch(&mut self, thread: ThreadId, events: EventBatch) -> Result<EventBatch, FormatError> {
