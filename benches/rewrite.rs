@@ -11,6 +11,10 @@
 //! - `valgrind --tool=lackey --trace-mem=yes` (traces every access), once
 //!   (it is slow; `LINETRACE_BENCH_LACKEY=0` skips it).
 //!
+//! The third-party workload is zstd's compressor (C sources built by the
+//! `zstd-sys` crate) compressing 8 MiB, traced through
+//! `zstd_compress::work`; the bench builds that example with cargo.
+//!
 //! The `outside` workload calls a trivial `kernel` and then computes for a
 //! while untraced: its ratio is the recorder's cost outside the function.
 //! It is split into a fixed cost (the same program with 16 iterations:
@@ -35,13 +39,13 @@ fn timed(mut cmd: Command) -> f64 {
     start.elapsed().as_secs_f64()
 }
 
-/// Seconds, and bytes per access of the trace.
-fn rewrite(program: &Path, args: &[&str], trace: &Path) -> (f64, f64) {
+/// Seconds, and bytes per access of the trace of `function`.
+fn rewrite(program: &Path, args: &[&str], function: &str, trace: &Path) -> (f64, f64) {
     let start = Instant::now();
     let summary = instrument::record(instrument::RecordOptions {
         program: program.to_path_buf(),
         args: args.iter().map(Into::into).collect(),
-        function: Some("kernel".into()),
+        function: Some(function.into()),
         output: trace.to_path_buf(),
         max_invocations: None,
         progress: None,
@@ -58,9 +62,26 @@ fn valgrind(tool: &[&str], program: &Path, args: &[&str]) -> f64 {
     timed(cmd)
 }
 
+/// Builds the Rust example `name` in the release profile and returns its
+/// path (cargo's own target directory, so nothing is built twice).
+fn build_rust_example(name: &str) -> std::path::PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ok = Command::new(cargo)
+        .args(["build", "--quiet", "--release", "--example", name])
+        .current_dir(root)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "cargo build --release --example {name} failed");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), Into::into);
+    target.join("release/examples").join(name)
+}
+
+/// The middle value; for an even count, the mean of the two middle ones.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 0 { (v[n / 2 - 1] + v[n / 2]) / 2.0 } else { v[n / 2] }
 }
 
 fn main() {
@@ -68,17 +89,20 @@ fn main() {
     let lackey = std::env::var("LINETRACE_BENCH_LACKEY").map_or(true, |v| v != "0");
     let dir = std::env::temp_dir().join(format!("linetrace-bench-rewrite-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let program = common::build_c_example("kernels", &dir, &[]);
+    let kernels = common::build_c_example("kernels", &dir, &[]);
+    let zstd = build_rust_example("zstd_compress");
     let trace = dir.join("bench.lntrace");
     let cachegrind = ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"];
     let lackey_tool = ["--tool=lackey", "--trace-mem=yes", "--log-file=/dev/null"];
-    let workloads: [&[&str]; 6] = [
-        &["matmul", "256"],
-        &["blocked", "256"],
-        &["list", "1000000"],
-        &["hash", "1000000"],
-        &["sort", "1000000"],
-        &["outside", "300000000"],
+    // (name, program, arguments, traced function)
+    let workloads: [(&str, &Path, &[&str], &str); 7] = [
+        ("matmul 256", kernels.as_path(), &["matmul", "256"], "kernel"),
+        ("blocked 256", kernels.as_path(), &["blocked", "256"], "kernel"),
+        ("list 1000000", kernels.as_path(), &["list", "1000000"], "kernel"),
+        ("hash 1000000", kernels.as_path(), &["hash", "1000000"], "kernel"),
+        ("sort 1000000", kernels.as_path(), &["sort", "1000000"], "kernel"),
+        ("zstd 8 MiB", zstd.as_path(), &["8192"], "zstd_compress::work"),
+        ("outside 300000000", kernels.as_path(), &["outside", "300000000"], "kernel"),
     ];
     println!("wall time, median of {rounds} rounds (lackey: one round); x = times native");
     println!(
@@ -89,21 +113,21 @@ fn main() {
     let mut outside = None;
     let mut outside_times = None;
     let mut bytes = Vec::new();
-    for args in workloads {
+    for (name, program, args, function) in workloads {
         let (mut native, mut rw, mut cg, mut per_access) = (Vec::new(), Vec::new(), Vec::new(), 0.0);
         for _ in 0..rounds {
-            let mut cmd = Command::new(&program);
+            let mut cmd = Command::new(program);
             cmd.args(args);
             native.push(timed(cmd));
-            let (secs, b) = rewrite(&program, args, &trace);
+            let (secs, b) = rewrite(program, args, function, &trace);
             rw.push(secs);
             per_access = b;
-            cg.push(valgrind(&cachegrind, &program, args));
+            cg.push(valgrind(&cachegrind, program, args));
         }
         // Lackey of the untraced part measures nothing of interest, slowly.
-        let lk = (lackey && args[0] != "outside").then(|| valgrind(&lackey_tool, &program, args));
+        let is_outside = name.starts_with("outside");
+        let lk = (lackey && !is_outside).then(|| valgrind(&lackey_tool, program, args));
         let (native, rw, cg) = (median(native), median(rw), median(cg));
-        let name = args.join(" ");
         let lk_text = lk.map_or("-".to_string(), |l| format!("{l:.2}s {:>5.1}x", l / native));
         let lk_ratio = lk.map_or("-".to_string(), |l| format!("{:.1}", l / rw));
         println!(
@@ -114,7 +138,7 @@ fn main() {
             cg / native,
             cg / rw
         );
-        if args[0] == "outside" {
+        if is_outside {
             outside = Some(rw / native);
             outside_times = Some((native, rw));
             continue;
@@ -142,10 +166,10 @@ fn main() {
         println!("  overhead outside the function: {:+.0}% (goal <= 5%)", 100.0 * (o - 1.0));
         let (mut tiny_native, mut tiny_rw) = (Vec::new(), Vec::new());
         for _ in 0..rounds.max(5) {
-            let mut cmd = Command::new(&program);
+            let mut cmd = Command::new(&kernels);
             cmd.args(["outside", "16"]);
             tiny_native.push(timed(cmd));
-            tiny_rw.push(rewrite(&program, &["outside", "16"], &trace).0);
+            tiny_rw.push(rewrite(&kernels, &["outside", "16"], "kernel", &trace).0);
         }
         let (tiny_native, tiny_rw) = (median(tiny_native), median(tiny_rw));
         let slope = (rw - tiny_rw) / (native - tiny_native).max(1e-9);

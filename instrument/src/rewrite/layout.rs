@@ -64,15 +64,15 @@ pub const fn guard(h: u64) -> u64 {
 /// Bytes of the whole thread region.
 pub const THREAD_REGION_BYTES: u64 = guard(1) + 4096;
 
-/// Bits of a record's value.
-pub const VALUE_BITS: u32 = 48;
+/// Bits of a record's value. A record is laid out as the trace format's
+/// packed access, so runs of access records go to the writer as they are.
+pub const VALUE_BITS: u32 = trace_rt::format::PACKED_ADDRESS_BITS;
 
 /// Splits a record into (tag, value); the value is sign-extended, so that a
 /// system call's `-errno` result survives.
+#[inline(always)]
 pub fn split(record: u64) -> (u16, u64) {
-    let tag = (record >> VALUE_BITS) as u16;
-    let value = ((record << (64 - VALUE_BITS)) as i64 >> (64 - VALUE_BITS)) as u64;
-    (tag, value)
+    trace_rt::format::unpack_access(record)
 }
 
 /// What a record with a given tag says. The tag indexes a table linetrace

@@ -31,7 +31,10 @@
 //!   at the other half and lets the thread go, then converts the records
 //!   while the thread runs: the program, the conversion and the trace
 //!   writer (encoding, zstd, on a thread of its own: `BackgroundWriter`)
-//!   run at once on two cores. A ticker stops the thread once a second to
+//!   run at once on two cores. Conversion copies runs of plain access
+//!   records as they are (a record is laid out as the format's packed
+//!   access, `trace_rt::format::unpack_access`); the writer maps their tags
+//!   to sites with the table `RecordTable::sites_by_tag` hands it. A ticker stops the thread once a second to
 //!   take its records the same way (progress, and at most a second lost to
 //!   a `kill -9` of the recorder).
 //! - Signals are delivered with a single step at an instruction boundary,

@@ -3,8 +3,9 @@
 //! same execution (the event rules themselves are in `event_rules`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
-use trace_rt::format::{AllocKind, Event, SiteId};
+use trace_rt::format::{AllocKind, Event, EventBatch, SiteId};
 
 use super::codegen::{CodegenError, Tags};
 use super::layout::{self, RecordKind};
@@ -18,6 +19,9 @@ pub struct RecordTable {
     /// Per tag: the site of an `Access` kind, or `NOT_ACCESS` (the hot path
     /// of conversion looks here first).
     access_sites: Vec<SiteId>,
+    /// `access_sites` as handed to event batches (the writer's thread maps
+    /// the tags of packed accesses with it); made again after it grew.
+    shared: Option<Arc<[SiteId]>>,
 }
 
 const NOT_ACCESS: SiteId = SiteId::MAX;
@@ -31,6 +35,7 @@ impl Tags for RecordTable {
         self.kinds.push(kind);
         self.tags.insert(kind, t);
         self.access_sites.push(if let RecordKind::Access(site) = kind { site } else { NOT_ACCESS });
+        self.shared = None;
         Ok(t)
     }
 }
@@ -39,6 +44,44 @@ impl RecordTable {
     /// The kind a tag stands for.
     pub fn kind(&self, tag: u16) -> Option<RecordKind> {
         self.kinds.get(usize::from(tag)).copied()
+    }
+
+    /// The site of each tag (`SiteId::MAX` for tags of other kinds), for
+    /// [`EventBatch::set_tags`].
+    pub fn sites_by_tag(&mut self) -> Arc<[SiteId]> {
+        self.shared.get_or_insert_with(|| Arc::from(&self.access_sites[..])).clone()
+    }
+
+    /// True when `tag` stands for a plain access.
+    #[inline(always)]
+    fn is_access(&self, tag: u16) -> bool {
+        self.access_sites.get(usize::from(tag)).is_some_and(|&s| s != NOT_ACCESS)
+    }
+}
+
+/// Where converted events go: plain accesses as runs of the records
+/// themselves (packed accesses, see [`EventBatch::push_packed`]), every
+/// other event on its own.
+pub trait EventSink {
+    /// What a full sink (a writer that failed) returns.
+    type Error: From<RecordError>;
+    /// Plain access records, in order.
+    fn accesses(&mut self, records: &[u64]) -> Result<(), Self::Error>;
+    /// Any other event.
+    fn event(&mut self, event: &Event) -> Result<(), Self::Error>;
+}
+
+impl EventSink for EventBatch {
+    type Error = RecordError;
+
+    fn accesses(&mut self, records: &[u64]) -> Result<(), RecordError> {
+        self.push_packed(records);
+        Ok(())
+    }
+
+    fn event(&mut self, event: &Event) -> Result<(), RecordError> {
+        self.push(event);
+        Ok(())
     }
 }
 
@@ -79,27 +122,30 @@ pub struct Converter {
 }
 
 impl Converter {
-    /// Converts `records`, handing each event to `push`.
-    pub fn convert<E: From<RecordError>>(
+    /// Converts `records`, handing runs of plain accesses and every other
+    /// event to `sink` in order.
+    pub fn convert<S: EventSink>(
         &mut self,
         records: &[u64],
         table: &RecordTable,
         function_starts: &HashSet<u64>,
-        mut push: impl FnMut(&Event) -> Result<(), E>,
-    ) -> Result<(), E> {
-        // Plain accesses (nearly every record) are counted in a register,
-        // not read and written in memory per record. An error return loses
-        // the count, with the recording.
-        let mut plain_accesses = 0u64;
+        sink: &mut S,
+    ) -> Result<(), S::Error> {
+        // Plain accesses (nearly every record) are not converted at all:
+        // each run of them goes to the sink as it is, and the writer maps
+        // their tags to sites while it encodes.
+        let mut run_start = 0;
         for (index, &record) in records.iter().enumerate() {
             let (tag, value) = layout::split(record);
-            if let Some(&site) = table.access_sites.get(usize::from(tag)).filter(|&&s| s != NOT_ACCESS) {
-                if self.awaiting_target.is_none() {
-                    plain_accesses += 1;
-                    push(&Event::Access { site, addr: value })?;
-                    continue;
-                }
+            if self.awaiting_target.is_none() && table.is_access(tag) {
+                continue;
             }
+            if run_start < index {
+                self.accesses += (index - run_start) as u64;
+                sink.accesses(&records[run_start..index])?;
+            }
+            run_start = index + 1;
+            let mut push = |e: &Event| sink.event(e);
             let bad = || RecordError { index, tag };
             let kind = table.kind(tag).ok_or_else(bad)?;
             if self.awaiting_target.is_some() && kind != RecordKind::Target {
@@ -182,7 +228,10 @@ impl Converter {
                 }
             }
         }
-        self.accesses += plain_accesses;
+        if run_start < records.len() {
+            self.accesses += (records.len() - run_start) as u64;
+            sink.accesses(&records[run_start..])?;
+        }
         Ok(())
     }
 
@@ -212,13 +261,11 @@ mod tests {
         (value & ((1 << 48) - 1)) | (u64::from(table.tag(kind).expect("tag")) << 48)
     }
 
-    fn convert(table: &RecordTable, records: &[u64], starts: &HashSet<u64>) -> Result<Vec<Event>, RecordError> {
-        let mut out = Vec::new();
-        Converter::default().convert(records, table, starts, |e| {
-            out.push(*e);
-            Ok::<(), RecordError>(())
-        })?;
-        Ok(out)
+    fn convert(table: &mut RecordTable, records: &[u64], starts: &HashSet<u64>) -> Result<Vec<Event>, RecordError> {
+        let mut batch = EventBatch::new();
+        batch.set_tags(table.sites_by_tag());
+        Converter::default().convert(records, table, starts, &mut batch)?;
+        Ok(batch.events().collect())
     }
 
     #[test]
@@ -241,7 +288,7 @@ mod tests {
             rec(&mut t, RecordKind::RepFlags, 0x202),
             rec(&mut t, RecordKind::RepEnd, 0),
         ];
-        let events = convert(&t, &records, &starts).expect("converts");
+        let events = convert(&mut t, &records, &starts).expect("converts");
         let calloc = event_rules::allocator_call(AllocKind::Calloc, [4, 8, 99], 0x9000, 0x1000, |_| None);
         assert_eq!(
             events,
@@ -261,7 +308,7 @@ mod tests {
         let mut t = RecordTable::default();
         let records =
             [rec(&mut t, RecordKind::Call { callsite: 1, target: None }, 0x10), rec(&mut t, RecordKind::Return, 0x18)];
-        assert!(convert(&t, &records, &HashSet::new()).is_err());
-        assert!(convert(&t, &[u64::MAX], &HashSet::new()).is_err(), "unknown tag");
+        assert!(convert(&mut t, &records, &HashSet::new()).is_err());
+        assert!(convert(&mut t, &[u64::MAX], &HashSet::new()).is_err(), "unknown tag");
     }
 }

@@ -590,13 +590,12 @@ impl Tracer {
         }
         // Converted in batches, each handed to the writer's thread whole.
         let mut batch = std::mem::take(&mut rewriter.batch);
+        let tags = rewriter.table.sites_by_tag();
         let converted_before = converter.accesses;
         for part in records.chunks(1 << 16) {
             batch.clear();
-            converter.convert(part, &rewriter.table, function_starts, |e| {
-                batch.push(e);
-                Ok::<(), InstrumentError>(())
-            })?;
+            batch.set_tags(tags.clone());
+            converter.convert(part, &rewriter.table, function_starts, &mut batch)?;
             batch = writer.push_batch(thread, batch)?;
         }
         rewriter.batch = batch;

@@ -4,7 +4,9 @@
 //! A recorder on two cores has three jobs: the program runs, the recorder
 //! turns what it recorded into events, and the writer encodes and
 //! compresses them. The writer's share is the largest (half of a rewrite
-//! recording's time); on its own thread it overlaps the other two.
+//! recording's time); on its own thread it overlaps the other two, and its
+//! chunks are compressed on one more thread, so encoding and zstd overlap
+//! too.
 //!
 //! Everything goes to the thread in one ordered channel, so the file is the
 //! one the same calls on a [`TraceWriter`] write: definitions before the
@@ -15,9 +17,9 @@
 //! [`finish`]: BackgroundWriter::finish
 
 use std::io::Write;
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TryRecvError, channel, sync_channel};
-use std::thread::JoinHandle;
+use std::sync::mpsc::{Receiver, Sender};
 
+use super::worker::Worker;
 use super::{Event, EventBatch, FormatError, Module, Site, SiteId, StringId, ThreadId, TraceWriter, Trailer};
 
 /// Single events are sent in groups of this many (with anything else sent
@@ -41,10 +43,8 @@ enum Command {
 /// A [`TraceWriter`] running on its own thread. The methods are the
 /// writer's; [`Self::push_batch`] hands over a whole batch without copying.
 pub struct BackgroundWriter<W: Write + Send + 'static> {
-    commands: Option<SyncSender<Command>>,
-    /// Batches the thread is done with, for the next ones.
-    recycled: Receiver<EventBatch>,
-    thread: Option<JoinHandle<Result<W, FormatError>>>,
+    /// The writer's thread; batches come back from it to be filled again.
+    worker: Worker<Command, EventBatch, W>,
     singles: Vec<(ThreadId, Event)>,
     pending_sites: Vec<Site>,
     sites_defined: u32,
@@ -53,22 +53,15 @@ pub struct BackgroundWriter<W: Write + Send + 'static> {
 
 impl<W: Write + Send + 'static> BackgroundWriter<W> {
     /// Moves `writer` (configured, with its header written) to a new thread.
+    /// The writer's chunks are compressed on a third thread
+    /// ([`TraceWriter::compress_on_own_thread`]).
     pub fn start(writer: TraceWriter<W>) -> Result<Self, FormatError> {
+        let writer = writer.compress_on_own_thread()?;
         let (sites_defined, strings_defined) = writer.definitions();
-        let (commands, received) = sync_channel(MESSAGES_IN_FLIGHT);
-        let (recycle, recycled) = channel();
-        let thread = std::thread::Builder::new()
-            .name("linetrace-writer".into())
-            .spawn(move || run(writer, &received, &recycle))?;
-        Ok(BackgroundWriter {
-            commands: Some(commands),
-            recycled,
-            thread: Some(thread),
-            singles: Vec::new(),
-            pending_sites: Vec::new(),
-            sites_defined,
-            strings_defined,
-        })
+        let worker = Worker::start("linetrace-writer", MESSAGES_IN_FLIGHT, move |commands, recycle| {
+            run(writer, commands, recycle)
+        })?;
+        Ok(BackgroundWriter { worker, singles: Vec::new(), pending_sites: Vec::new(), sites_defined, strings_defined })
     }
 
     /// Defines a new site and returns its id (as [`TraceWriter::add_site`]).
@@ -116,19 +109,15 @@ impl<W: Write + Send + 'static> BackgroundWriter<W> {
     /// Writes everything, the end chunk, and returns the output.
     pub fn finish(mut self, trailer: &Trailer) -> Result<W, FormatError> {
         let sent = self.send(Command::Finish(trailer.clone()));
-        let written = self.join();
+        let written = self.worker.join();
         sent.and(written)
     }
 
     /// An empty batch: one the thread is done with if any.
     fn empty_batch(&mut self) -> EventBatch {
-        match self.recycled.try_recv() {
-            Ok(mut v) => {
-                v.clear();
-                v
-            }
-            Err(TryRecvError::Empty | TryRecvError::Disconnected) => EventBatch::new(),
-        }
+        let mut batch = self.worker.recycled().unwrap_or_default();
+        batch.clear();
+        batch
     }
 
     fn send_sites(&mut self) -> Result<(), FormatError> {
@@ -155,22 +144,7 @@ impl<W: Write + Send + 'static> BackgroundWriter<W> {
     }
 
     fn send_raw(&mut self, command: Command) -> Result<(), FormatError> {
-        let Some(commands) = &self.commands else { return Err(FormatError::WriterStopped) };
-        if commands.send(command).is_ok() {
-            return Ok(());
-        }
-        // The thread stopped: its error says why.
-        match self.join() {
-            Err(e) => Err(e),
-            Ok(_) => Err(FormatError::WriterStopped),
-        }
-    }
-
-    /// Waits for the thread; its result, once.
-    fn join(&mut self) -> Result<W, FormatError> {
-        self.commands = None;
-        let thread = self.thread.take().ok_or(FormatError::WriterStopped)?;
-        thread.join().unwrap_or_else(|_| Err(FormatError::WriterStopped))
+        self.worker.send(command)
     }
 }
 
@@ -180,9 +154,9 @@ impl<W: Write + Send + 'static> Drop for BackgroundWriter<W> {
     fn drop(&mut self) {
         let _ = self.send_sites();
         let _ = self.send_singles();
-        if self.thread.is_some() {
+        if self.worker.is_running() {
             let _ = self.send_raw(Command::Flush);
-            let _ = self.join();
+            let _ = self.worker.join();
         }
     }
 }

@@ -231,7 +231,7 @@ impl<R: Read> TraceReader<R> {
             raw: Vec::new(),
             pos: 0,
             thread: 0,
-            decoder: ChunkDecoder::new(),
+            decoder: ChunkDecoder::for_version(version),
             end: None,
             damage: Vec::new(),
             next_seq: HashMap::new(),

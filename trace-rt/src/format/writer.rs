@@ -3,10 +3,11 @@
 use std::io::Write;
 use std::time::Instant;
 
+use super::chunk_output::{ChunkOutput, ChunkSink};
 use super::event::{encode_sites, put_events_prefix};
 use super::{
-    CHUNK_MAGIC, ChunkEncoder, ChunkKind, Event, EventBatch, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata,
-    Module, Site, SiteId, StringId, ThreadId, Trailer, VERSION,
+    ChunkEncoder, ChunkKind, Event, EventBatch, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
+    Site, SiteId, StringId, ThreadId, Trailer, VERSION,
 };
 
 /// Raw bytes buffered per thread before its chunk is compressed and written.
@@ -22,7 +23,7 @@ const DEFAULT_ZSTD_LEVEL: i32 = 3;
 /// [`TraceWriter::finish`]. Sites and modules added since the last chunk are
 /// always written before the events that may refer to them.
 pub struct TraceWriter<W: Write> {
-    out: W,
+    output: ChunkOutput<W>,
     threads: Vec<ThreadBuffer>,
     sites_defined: u32,
     pending_sites: Vec<Site>,
@@ -30,15 +31,8 @@ pub struct TraceWriter<W: Write> {
     pending_strings: Vec<String>,
     pending_modules: Vec<Module>,
     chunk_target: usize,
-    level: i32,
-    /// One compression context for the whole file: a fresh one per chunk
-    /// costs an allocation (and its page faults) per megabyte of trace.
-    compressor: zstd::bulk::Compressor<'static>,
-    /// Reused buffers: a chunk's raw payload, and header plus compressed
-    /// payload.
+    /// Reused buffer: an events chunk's raw payload.
     raw: Vec<u8>,
-    whole: Vec<u8>,
-    bytes_written: u64,
     started: Instant,
 }
 
@@ -67,7 +61,7 @@ impl<W: Write> TraceWriter<W> {
         header[8..10].copy_from_slice(&VERSION.to_le_bytes());
         out.write_all(&header)?;
         let mut w = TraceWriter {
-            out,
+            output: ChunkOutput::Here(ChunkSink::new(out, DEFAULT_ZSTD_LEVEL, HEADER_LEN as u64)?),
             threads: Vec::new(),
             sites_defined: 0,
             pending_sites: Vec::new(),
@@ -75,11 +69,7 @@ impl<W: Write> TraceWriter<W> {
             pending_strings: Vec::new(),
             pending_modules: Vec::new(),
             chunk_target: DEFAULT_CHUNK_TARGET,
-            level: DEFAULT_ZSTD_LEVEL,
-            compressor: zstd::bulk::Compressor::new(DEFAULT_ZSTD_LEVEL)?,
             raw: Vec::new(),
-            whole: Vec::new(),
-            bytes_written: HEADER_LEN as u64,
             started: Instant::now(),
         };
         let json = serde_json::to_vec(metadata).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
@@ -97,9 +87,7 @@ impl<W: Write> TraceWriter<W> {
     /// default 3 for a somewhat larger file, for recorders whose time is
     /// the program's.
     pub fn set_compression_level(&mut self, level: i32) {
-        self.level = level.clamp(1, 19);
-        // Only fails for levels zstd does not have; the clamp rules them out.
-        let _ = self.compressor.set_compression_level(self.level);
+        self.output.set_level(level.clamp(1, 19));
     }
 
     /// How many sites and strings were defined: the next ids.
@@ -107,9 +95,10 @@ impl<W: Write> TraceWriter<W> {
         (self.sites_defined, self.strings_defined)
     }
 
-    /// Bytes written to the output so far.
+    /// Bytes written to the output so far (with a compression thread: the
+    /// chunks it has written yet).
     pub fn bytes_written(&self) -> u64 {
-        self.bytes_written
+        self.output.bytes_written()
     }
 
     /// Defines a new site and returns its id.
@@ -146,11 +135,11 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Appends a batch of events of one thread: the same as pushing each,
-    /// with runs of plain accesses encoded in one tight loop.
+    /// with runs of packed accesses encoded in one tight loop.
     pub fn push_batch(&mut self, thread: ThreadId, batch: &EventBatch) -> Result<(), FormatError> {
         let i = self.thread_index(thread);
         for run in batch.runs() {
-            self.push_accesses(i, run.sites, run.addrs)?;
+            self.push_packed(i, run.packed, batch.tags())?;
             if let Some(event) = run.then {
                 self.push_at(i, event)?;
             }
@@ -158,20 +147,27 @@ impl<W: Write> TraceWriter<W> {
         Ok(())
     }
 
-    /// `Event::Access { site: sites[k], addr: addrs[k] }` for every k, as
-    /// [`Self::push_at`] would push them.
-    fn push_accesses(&mut self, i: usize, sites: &[SiteId], addrs: &[u64]) -> Result<(), FormatError> {
-        if let Some(site) = sites.iter().find(|&&s| s >= self.sites_defined) {
-            return Err(FormatError::InvalidEvent(format!("site {site} was never defined")));
-        }
+    /// The packed accesses of a batch ([`super::unpack_access`], sites from
+    /// `tags`), as [`Self::push_at`] would push them.
+    fn push_packed(&mut self, i: usize, packed: &[u64], tags: &[SiteId]) -> Result<(), FormatError> {
+        let defined = self.sites_defined;
+        let undefined = |tag: u16| {
+            let site = tags.get(usize::from(tag)).map_or("no site".to_string(), |s| format!("site {s}"));
+            FormatError::InvalidEvent(format!("packed access of tag {tag} ({site}) names no defined site"))
+        };
         let mut k = 0;
-        while k < sites.len() {
+        while k < packed.len() {
             let t = &mut self.threads[i];
             if t.encoder.is_empty() {
                 t.first_time = self.started.elapsed().as_nanos() as u64;
             }
-            while k < sites.len() && t.encoder.len() < self.chunk_target {
-                t.encoder.push_access(sites[k], addrs[k]);
+            while k < packed.len() && t.encoder.len() < self.chunk_target {
+                let (tag, addr) = super::unpack_access(packed[k]);
+                let site = match tags.get(usize::from(tag)) {
+                    Some(&site) if site < defined => site,
+                    _ => return Err(undefined(tag)),
+                };
+                t.encoder.push_access(site, addr);
                 k += 1;
             }
             if t.encoder.len() >= self.chunk_target {
@@ -226,9 +222,8 @@ impl<W: Write> TraceWriter<W> {
         t.encoder.reuse(events);
         t.seq += 1;
         let thread = t.thread;
-        let written = self.write_chunk(ChunkKind::Events, thread, &raw);
-        self.raw = raw;
-        written
+        self.raw = self.output.write_chunk_buffer(ChunkKind::Events, thread, raw)?;
+        Ok(())
     }
 
     /// Writes every buffered event as chunks and flushes the output, so that
@@ -240,17 +235,16 @@ impl<W: Write> TraceWriter<W> {
                 self.write_events(i)?;
             }
         }
-        self.out.flush()?;
-        Ok(())
+        self.output.flush()
     }
 
-    /// Flushes everything, writes the end chunk and returns the output.
+    /// Flushes everything, writes the end chunk and returns the output
+    /// (waiting for a compression thread to write it all).
     pub fn finish(mut self, trailer: &Trailer) -> Result<W, FormatError> {
         self.flush()?;
         let json = serde_json::to_vec(trailer).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
         self.write_chunk(ChunkKind::End, 0, &json)?;
-        self.out.flush()?;
-        Ok(self.out)
+        self.output.finish()
     }
 
     fn flush_definitions(&mut self) -> Result<(), FormatError> {
@@ -278,42 +272,17 @@ impl<W: Write> TraceWriter<W> {
     }
 
     fn write_chunk(&mut self, kind: ChunkKind, thread: ThreadId, raw: &[u8]) -> Result<(), FormatError> {
-        let mut whole = std::mem::take(&mut self.whole);
-        let written = self.write_chunk_with(kind, thread, raw, &mut whole);
-        self.whole = whole;
-        written
+        self.output.write_chunk(kind, thread, raw)
     }
+}
 
-    fn write_chunk_with(
-        &mut self,
-        kind: ChunkKind,
-        thread: ThreadId,
-        raw: &[u8],
-        whole: &mut Vec<u8>,
-    ) -> Result<(), FormatError> {
-        let header_len = super::CHUNK_HEADER_LEN;
-        whole.clear();
-        whole.resize(header_len + zstd::zstd_safe::compress_bound(raw.len()), 0);
-        let n = self.compressor.compress_to_buffer(raw, &mut whole[header_len..])?;
-        whole.truncate(header_len + n);
-        let payload = &whole[header_len..];
-        let too_big = |n: usize| u32::try_from(n).ok().filter(|&n| n <= MAX_CHUNK_BYTES).is_none();
-        if too_big(raw.len()) || too_big(payload.len()) {
-            return Err(FormatError::InvalidEvent(format!("chunk of {} bytes exceeds the format limit", raw.len())));
-        }
-        let mut header = [0u8; super::CHUNK_HEADER_LEN];
-        header[..4].copy_from_slice(&CHUNK_MAGIC);
-        header[4] = kind as u8;
-        header[8..12].copy_from_slice(&thread.to_le_bytes());
-        header[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        header[16..20].copy_from_slice(&(raw.len() as u32).to_le_bytes());
-        let crc = super::chunk_checksum(&header, payload);
-        header[20..24].copy_from_slice(&crc.to_le_bytes());
-        whole[..header_len].copy_from_slice(&header);
-        // One write per chunk: a recorder killed mid-write leaves at most the
-        // last chunk incomplete, and the reader stops cleanly before it.
-        self.out.write_all(whole)?;
-        self.bytes_written += whole.len() as u64;
-        Ok(())
+impl<W: Write + Send + 'static> TraceWriter<W> {
+    /// Compresses and writes chunks on a thread of their own from now on,
+    /// so that encoding events and compressing chunks use two cores. The
+    /// file is the same; `finish` (or dropping the writer) waits for the
+    /// thread to write every chunk.
+    pub fn compress_on_own_thread(mut self) -> Result<Self, FormatError> {
+        self.output = self.output.on_own_thread()?;
+        Ok(self)
     }
 }
