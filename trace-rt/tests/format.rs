@@ -685,3 +685,41 @@ fn a_writer_dropped_unfinished_leaves_every_chunk_written() {
     assert!(end.is_truncated(), "{end:?}");
     assert_eq!(records.len(), events.len());
 }
+
+proptest! {
+    /// Packed accesses encode to the bytes their unpacked accesses do, one
+    /// at a time; a tag of no defined site stops the run there.
+    #[test]
+    fn packed_accesses_encode_as_single_accesses(
+        accesses in prop::collection::vec((prop_oneof![2000 => 0u16..4, 1 => 4u16..6], any::<u64>()), 0..3000),
+        limit in 1usize..20_000,
+    ) {
+        // Tags 0..4 name sites 3, 0, 2, 1; tag 4 names an undefined site,
+        // tag 5 is beyond the table.
+        let tags = [3, 0, 2, 1, 9];
+        let packed: Vec<u64> = accesses
+            .iter()
+            .map(|&(tag, addr)| u64::from(tag) << PACKED_ADDRESS_BITS | (addr & ((1 << PACKED_ADDRESS_BITS) - 1)))
+            .collect();
+        let mut fast = trace_rt::format::ChunkEncoder::new();
+        let result = fast.push_packed(&packed, &tags, 4, limit);
+        // The reference: one access at a time, the limit checked every
+        // 1024 accesses, before the access.
+        let mut one_by_one = trace_rt::format::ChunkEncoder::new();
+        let mut expected = Ok(packed.len());
+        for (n, &p) in packed.iter().enumerate() {
+            if n % 1024 == 0 && one_by_one.len() >= limit {
+                expected = Ok(n);
+                break;
+            }
+            let (tag, addr) = unpack_access(p);
+            if tag >= 4 {
+                expected = Err(tag);
+                break;
+            }
+            one_by_one.push_access(tags[usize::from(tag)], addr);
+        }
+        prop_assert_eq!(result, expected);
+        prop_assert_eq!(fast.take(), one_by_one.take());
+    }
+}

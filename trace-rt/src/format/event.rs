@@ -53,6 +53,13 @@ impl DeltaState {
         self.last.fill(0);
     }
 
+    /// Makes room for sites below `sites`.
+    fn ensure(&mut self, sites: usize) {
+        if self.last.len() < sites {
+            self.last.resize(sites, 0);
+        }
+    }
+
     #[inline(always)]
     fn slot(&mut self, site: SiteId) -> &mut u64 {
         let i = site as usize;
@@ -181,6 +188,61 @@ impl ChunkEncoder {
         unsafe { self.buf.set_len(len + n) };
     }
 
+    /// Appends packed accesses ([`super::unpack_access`]; the site of a tag
+    /// is `tags[tag]`) as [`Self::push_access`] would, until the payload
+    /// reaches `limit` bytes (checked every 1024 accesses, so it may pass
+    /// it by up to 16 KiB). Returns how many were appended, or the first tag
+    /// that names no site below `defined` (the accesses before it are
+    /// appended).
+    pub fn push_packed(
+        &mut self,
+        packed: &[u64],
+        tags: &[SiteId],
+        defined: SiteId,
+        limit: usize,
+    ) -> Result<usize, u16> {
+        // The hot loop of a recording: room is reserved per block, not per
+        // access, and bytes are stored without a bounds check each.
+        const MOST: usize = 1 + 5 + 10;
+        const BLOCK: usize = 1024;
+        self.deltas.ensure(defined as usize);
+        let mut done = 0;
+        while done < packed.len() && self.buf.len() < limit {
+            let block = &packed[done..packed.len().min(done + BLOCK)];
+            self.buf.reserve(block.len() * MOST);
+            let mut len = self.buf.len();
+            let last = &mut self.deltas.last[..];
+            for &p in block {
+                let (tag, addr) = super::unpack_access(p);
+                let site = match tags.get(usize::from(tag)) {
+                    Some(&site) if site < defined => site,
+                    _ => {
+                        // SAFETY: the bytes up to `len` were written below.
+                        unsafe { self.buf.set_len(len) };
+                        return Err(tag);
+                    }
+                };
+                // `defined <= last.len()` (ensured above): in bounds.
+                let prev = std::mem::replace(&mut last[site as usize], addr);
+                let delta = addr.wrapping_sub(prev) as i64;
+                // SAFETY: `reserve` made room for MOST bytes per access of
+                // the block after the length at its start; each access
+                // writes at most MOST (1 + a 32-bit and a 64-bit varint).
+                unsafe {
+                    let dst = self.buf.as_mut_ptr().add(len);
+                    dst.write(TAG_ACCESS);
+                    let n = put_varint_raw(dst.add(1), u64::from(site));
+                    len += 1 + n + put_varint_raw(dst.add(1 + n), ((delta << 1) ^ (delta >> 63)) as u64);
+                }
+            }
+            // SAFETY: every byte up to `len` was written above, within the
+            // reserved capacity.
+            unsafe { self.buf.set_len(len) };
+            done += block.len();
+        }
+        Ok(done)
+    }
+
     /// Appends one event.
     #[inline]
     pub fn push(&mut self, event: &Event) {
@@ -285,6 +347,24 @@ impl ChunkEncoder {
             }
         }
     }
+}
+
+/// Writes `v` as a LEB128 varint at `dst`; returns its length (1 to 10).
+///
+/// # Safety
+/// `dst` must be valid for writing 10 bytes.
+#[inline(always)]
+unsafe fn put_varint_raw(dst: *mut u8, mut v: u64) -> usize {
+    let mut n = 0;
+    while v >= 0x80 {
+        // SAFETY: n < 10 here (a u64 has at most 10 groups of 7 bits).
+        unsafe { dst.add(n).write((v as u8) | 0x80) };
+        v >>= 7;
+        n += 1;
+    }
+    // SAFETY: n <= 9 here.
+    unsafe { dst.add(n).write(v as u8) };
+    n + 1
 }
 
 /// Decodes the raw payload of one events chunk.

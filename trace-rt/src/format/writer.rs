@@ -150,25 +150,19 @@ impl<W: Write> TraceWriter<W> {
     /// The packed accesses of a batch ([`super::unpack_access`], sites from
     /// `tags`), as [`Self::push_at`] would push them.
     fn push_packed(&mut self, i: usize, packed: &[u64], tags: &[SiteId]) -> Result<(), FormatError> {
-        let defined = self.sites_defined;
-        let undefined = |tag: u16| {
-            let site = tags.get(usize::from(tag)).map_or("no site".to_string(), |s| format!("site {s}"));
-            FormatError::InvalidEvent(format!("packed access of tag {tag} ({site}) names no defined site"))
-        };
         let mut k = 0;
         while k < packed.len() {
             let t = &mut self.threads[i];
             if t.encoder.is_empty() {
                 t.first_time = self.started.elapsed().as_nanos() as u64;
             }
-            while k < packed.len() && t.encoder.len() < self.chunk_target {
-                let (tag, addr) = super::unpack_access(packed[k]);
-                let site = match tags.get(usize::from(tag)) {
-                    Some(&site) if site < defined => site,
-                    _ => return Err(undefined(tag)),
-                };
-                t.encoder.push_access(site, addr);
-                k += 1;
+            match t.encoder.push_packed(&packed[k..], tags, self.sites_defined, self.chunk_target) {
+                Ok(n) => k += n,
+                Err(tag) => {
+                    let site = tags.get(usize::from(tag)).map_or("no site".to_string(), |s| format!("site {s}"));
+                    let what = format!("packed access of tag {tag} ({site}) names no defined site");
+                    return Err(FormatError::InvalidEvent(what));
+                }
             }
             if t.encoder.len() >= self.chunk_target {
                 self.flush_definitions()?;
