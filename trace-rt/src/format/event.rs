@@ -1,6 +1,6 @@
 //! Binary encoding of [`Event`]s inside one events chunk, and of the site table.
 
-use super::varint::{Cursor, put_i64, put_u64};
+use super::varint::{Cursor, MAX_LEN, put_i64, put_raw, put_u64, zigzag};
 use super::{AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Event, Site, SiteId, TruncationReason};
 
 const TAG_ACCESS: u8 = 1;
@@ -165,27 +165,14 @@ impl ChunkEncoder {
     pub fn push_access(&mut self, site: SiteId, addr: u64) {
         let prev = self.deltas.swap(site, addr);
         let delta = addr.wrapping_sub(prev) as i64;
-        // Written byte by byte straight into reserved room: a capacity check
-        // per byte, a stack buffer copied afterwards (a store-forwarding
-        // stall) and a copy of `n` bytes (a memmove call) all cost more.
-        const MOST: usize = 1 + 5 + 10;
-        self.buf.reserve(MOST);
+        self.buf.reserve(ACCESS_MOST);
         let len = self.buf.len();
-        let room = &mut self.buf.spare_capacity_mut()[..MOST];
-        room[0].write(TAG_ACCESS);
-        let mut n = 1;
-        for mut v in [u64::from(site), ((delta << 1) ^ (delta >> 63)) as u64] {
-            while v >= 0x80 {
-                room[n].write((v as u8) | 0x80);
-                v >>= 7;
-                n += 1;
-            }
-            room[n].write(v as u8);
-            n += 1;
+        // SAFETY: `reserve` made room for ACCESS_MOST bytes after `len`,
+        // which bounds what is written; the length grows by what was.
+        unsafe {
+            let n = put_access_raw(self.buf.as_mut_ptr().add(len), site, delta);
+            self.buf.set_len(len + n);
         }
-        // SAFETY: the first `n` bytes of the spare capacity were written
-        // above (n <= MOST, which `reserve` made room for).
-        unsafe { self.buf.set_len(len + n) };
     }
 
     /// Appends packed accesses ([`super::unpack_access`]; the site of a tag
@@ -203,13 +190,12 @@ impl ChunkEncoder {
     ) -> Result<usize, u16> {
         // The hot loop of a recording: room is reserved per block, not per
         // access, and bytes are stored without a bounds check each.
-        const MOST: usize = 1 + 5 + 10;
         const BLOCK: usize = 1024;
         self.deltas.ensure(defined as usize);
         let mut done = 0;
         while done < packed.len() && self.buf.len() < limit {
             let block = &packed[done..packed.len().min(done + BLOCK)];
-            self.buf.reserve(block.len() * MOST);
+            self.buf.reserve(block.len() * ACCESS_MOST);
             let mut len = self.buf.len();
             let last = &mut self.deltas.last[..];
             for &p in block {
@@ -225,15 +211,9 @@ impl ChunkEncoder {
                 // `defined <= last.len()` (ensured above): in bounds.
                 let prev = std::mem::replace(&mut last[site as usize], addr);
                 let delta = addr.wrapping_sub(prev) as i64;
-                // SAFETY: `reserve` made room for MOST bytes per access of
-                // the block after the length at its start; each access
-                // writes at most MOST (1 + a 32-bit and a 64-bit varint).
-                unsafe {
-                    let dst = self.buf.as_mut_ptr().add(len);
-                    dst.write(TAG_ACCESS);
-                    let n = put_varint_raw(dst.add(1), u64::from(site));
-                    len += 1 + n + put_varint_raw(dst.add(1 + n), ((delta << 1) ^ (delta >> 63)) as u64);
-                }
+                // SAFETY: `reserve` made room for ACCESS_MOST bytes per
+                // access of the block after the length at its start.
+                len += unsafe { put_access_raw(self.buf.as_mut_ptr().add(len), site, delta) };
             }
             // SAFETY: every byte up to `len` was written above, within the
             // reserved capacity.
@@ -349,22 +329,24 @@ impl ChunkEncoder {
     }
 }
 
-/// Writes `v` as a LEB128 varint at `dst`; returns its length (1 to 10).
+/// Most bytes of an `Access` record: the tag, a site (32 bits: 5 bytes) and
+/// a delta; also room enough for `put_raw`'s contract at either varint.
+const ACCESS_MOST: usize = 1 + 5 + MAX_LEN;
+
+/// Writes an `Access` record (tag, site, zig-zag delta) at `dst`; returns
+/// its length.
 ///
 /// # Safety
-/// `dst` must be valid for writing 10 bytes.
+/// `dst` must be valid for writing [`ACCESS_MOST`] bytes.
 #[inline(always)]
-unsafe fn put_varint_raw(dst: *mut u8, mut v: u64) -> usize {
-    let mut n = 0;
-    while v >= 0x80 {
-        // SAFETY: n < 10 here (a u64 has at most 10 groups of 7 bits).
-        unsafe { dst.add(n).write((v as u8) | 0x80) };
-        v >>= 7;
-        n += 1;
+unsafe fn put_access_raw(dst: *mut u8, site: SiteId, delta: i64) -> usize {
+    // SAFETY: the site's varint starts at 1 and takes at most 5 bytes, so
+    // the delta's starts at most at 6, with MAX_LEN bytes left after it.
+    unsafe {
+        dst.write(TAG_ACCESS);
+        let n = 1 + put_raw(dst.add(1), u64::from(site));
+        n + put_raw(dst.add(n), zigzag(delta))
     }
-    // SAFETY: n <= 9 here.
-    unsafe { dst.add(n).write(v as u8) };
-    n + 1
 }
 
 /// Decodes the raw payload of one events chunk.

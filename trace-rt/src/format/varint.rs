@@ -1,19 +1,52 @@
 //! LEB128 variable-length integers, the building block of event records.
 
+/// Most bytes of one varint (a u64 has ten groups of 7 bits).
+pub const MAX_LEN: usize = 10;
+
 /// Appends `value` as unsigned LEB128.
 #[inline]
-pub fn put_u64(buf: &mut Vec<u8>, mut value: u64) {
-    while value >= 0x80 {
-        buf.push((value as u8) | 0x80);
-        value >>= 7;
+pub fn put_u64(buf: &mut Vec<u8>, value: u64) {
+    buf.reserve(MAX_LEN);
+    let len = buf.len();
+    // SAFETY: `reserve` made room for MAX_LEN bytes after `len`; `put_raw`
+    // wrote the `n` bytes the length grows by.
+    unsafe {
+        let n = put_raw(buf.as_mut_ptr().add(len), value);
+        buf.set_len(len + n);
     }
-    buf.push(value as u8);
 }
 
 /// Appends `value` zig-zag encoded, so small negative deltas stay short.
 #[inline]
 pub fn put_i64(buf: &mut Vec<u8>, value: i64) {
-    put_u64(buf, ((value << 1) ^ (value >> 63)) as u64);
+    put_u64(buf, zigzag(value));
+}
+
+/// `value` zig-zag encoded: 0, -1, 1, -2, ... become 0, 1, 2, 3, ...
+#[inline(always)]
+pub fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+/// Writes `value` as LEB128 at `dst`; returns its length (1 to
+/// [`MAX_LEN`]). Byte by byte straight into memory: a capacity check per
+/// byte, or a stack buffer copied afterwards, cost more in the encoder's
+/// hot loop.
+///
+/// # Safety
+/// `dst` must be valid for writing [`MAX_LEN`] bytes.
+#[inline(always)]
+pub(crate) unsafe fn put_raw(dst: *mut u8, mut value: u64) -> usize {
+    let mut n = 0;
+    while value >= 0x80 {
+        // SAFETY: n < MAX_LEN - 1 here (a u64 has at most ten groups).
+        unsafe { dst.add(n).write((value as u8) | 0x80) };
+        value >>= 7;
+        n += 1;
+    }
+    // SAFETY: n < MAX_LEN here.
+    unsafe { dst.add(n).write(value as u8) };
+    n + 1
 }
 
 /// A cursor over an event payload. Every read is bounds-checked: a corrupt
