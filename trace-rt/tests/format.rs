@@ -594,7 +594,7 @@ fn background_writer_returns_the_threads_error() {
 }
 
 /// Chunks compressed on a thread of their own make the same file as chunks
-/// compressed by the writer: the same chunks at the same offsets.
+/// compressed by the writer: as many chunks, holding the same events.
 #[test]
 fn compressing_on_a_thread_writes_the_same_file() {
     let (sites, mut events) = sample();
@@ -610,9 +610,10 @@ fn compressing_on_a_thread_writes_the_same_file() {
     events.iter().for_each(|(t, e)| w.push(*t, e).expect("push"));
     let threaded = w.finish(&Trailer::default()).expect("finish");
     assert!(inline.len() > 2000, "several chunks");
-    // Only the chunks' clock differs.
-    assert_eq!(inline.len(), threaded.len());
-    assert_eq!(chunk_offsets(&inline), chunk_offsets(&threaded));
+    // The chunks' clock differs, and it is a varint inside the compressed
+    // payload, so chunk sizes may differ by a byte or two: compare the chunk
+    // count and what the chunks hold, not offsets.
+    assert_eq!(chunk_offsets(&inline).len(), chunk_offsets(&threaded).len());
     assert_eq!(read_all(&inline).expect("inline reads"), read_all(&threaded).expect("threaded reads"));
 }
 
