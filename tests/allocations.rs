@@ -99,6 +99,47 @@ fn every_thread_is_recorded() {
     assert!(threads.len() >= 4, "the worker threads: {threads:?}");
 }
 
+/// The agent's log read as linetrace reads it, under four threads whose
+/// chunks go round the free ring: every call number from 0 to the last is
+/// handed over exactly once, in order, none missing, and times (read from
+/// the TSC, where the kernel's clock is the TSC) never go back.
+#[test]
+fn recycled_chunks_lose_and_repeat_no_call() {
+    use trace_rt::agent::{ALLOC_AGENT, AgentLogStream, CLOCK_ENV, LOG_ENV, STACK_ENV};
+    let bin = c_example("heap_mix", &[]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let agent = dir.path().join("agent.so");
+    std::fs::write(&agent, ALLOC_AGENT).expect("write the agent");
+    let log_dir = if Path::new("/dev/shm").is_dir() { Path::new("/dev/shm") } else { dir.path() };
+    let log = tempfile::NamedTempFile::new_in(log_dir).expect("log file");
+    let mut stream = AgentLogStream::create(log.as_file()).expect("map the log");
+    let tsc = trace_rt::tsc::kernel_clock_is_tsc();
+    let mut child = Command::new(&bin)
+        .args(["30000", "4"])
+        .env("LD_PRELOAD", &agent)
+        .env(LOG_ENV, log.path())
+        .env(STACK_ENV, "8")
+        .env(CLOCK_ENV, if tsc { "tsc" } else { "" })
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("heap_mix runs");
+    let (mut seqs, mut times) = (Vec::new(), Vec::new());
+    let mut take = |r: &trace_rt::agent::AgentRecord| {
+        seqs.push(r.seq);
+        times.push(r.time_ns);
+    };
+    while child.try_wait().expect("wait").is_none() {
+        stream.poll(false, &mut take).expect("poll");
+    }
+    stream.poll(true, &mut take).expect("last poll");
+    assert!(seqs.len() > 50_000, "{} calls", seqs.len());
+    assert!(seqs.iter().enumerate().all(|(i, &s)| s == i as u64), "call numbers 0.. in order, each once");
+    assert_eq!(stream.missing(), 0);
+    assert!(stream.recycled() > 10, "chunks went round: {}", stream.recycled());
+    // (clock_gettime's times of different threads may cross their numbers.)
+    assert!(!tsc || times.windows(2).all(|w| w[0] <= w[1]), "times never go back");
+}
+
 /// A crash loses nothing: the records are the file's pages, not a buffer
 /// of the program's.
 #[test]

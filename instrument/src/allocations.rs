@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use trace_rt::agent::{
-    ALLOC_AGENT, AgentKind, AgentLogStream, AgentRecord, HOOKS_ENV, LOG_ENV, MAPS_ENV, MAX_STACK, STACK_ENV,
+    ALLOC_AGENT, AgentKind, AgentLogStream, AgentRecord, CLOCK_ENV, HOOKS_ENV, LOG_ENV, MAPS_ENV, MAX_STACK, STACK_ENV,
 };
 use trace_rt::format::{
     AllocKind, Allocation, CustomAllocation, CustomOp, Event, Metadata, TargetExit, TraceWriter, Trailer,
@@ -162,14 +162,22 @@ pub fn record_allocations(mut options: AllocationOptions) -> Result<AllocationSu
     };
     let mut child = {
         use std::os::unix::process::CommandExt;
-        std::process::Command::new(&exe)
+        let mut command = std::process::Command::new(&exe);
+        command
             .arg0(&options.program)
             .args(&options.args)
             .env("LD_PRELOAD", preload)
             .env(LOG_ENV, &log.0)
             .env(MAPS_ENV, &maps.0)
             .env(STACK_ENV, options.stack.min(MAX_STACK).to_string())
-            .env(HOOKS_ENV, crate::alloc_hooks::agent_env(&hooks))
+            .env(HOOKS_ENV, crate::alloc_hooks::agent_env(&hooks));
+        // The cheaper clock, where the kernel vouches for it.
+        if trace_rt::tsc::kernel_clock_is_tsc() {
+            command.env(CLOCK_ENV, "tsc");
+        } else {
+            command.env_remove(CLOCK_ENV);
+        }
+        command
             .spawn()
             .map_err(|cause| InstrumentError::Spawn { program: options.program.display().to_string(), cause })?
     };

@@ -26,3 +26,4 @@
 
 pub mod agent;
 pub mod format;
+pub mod tsc;

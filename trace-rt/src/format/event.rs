@@ -30,11 +30,25 @@ const EXT_PROGRAM_BREAK: u64 = 3;
 const EXT_CUSTOM_ALLOCATION: u64 = 4;
 
 /// An extension event: `tag kind len body`.
-fn put_extension(b: &mut Vec<u8>, kind: u64, body: &[u8]) {
+///
+/// `fill` appends the body straight to `b` (no buffer of its own: one was
+/// allocated per allocator call before, a tenth of `record --allocations`'
+/// conversion). Bodies are short, so the length is first given one byte and
+/// moved along only when it needs more.
+fn put_extension(b: &mut Vec<u8>, kind: u64, fill: impl FnOnce(&mut Vec<u8>)) {
     b.push(TAG_EXTENSION);
     put_u64(b, kind);
-    put_u64(b, body.len() as u64);
-    b.extend_from_slice(body);
+    let at = b.len();
+    b.push(0);
+    fill(b);
+    let len = b.len() - at - 1;
+    if len < 0x80 {
+        b[at] = len as u8;
+    } else {
+        let mut prefix = Vec::with_capacity(MAX_LEN);
+        put_u64(&mut prefix, len as u64);
+        b.splice(at..at + 1, prefix);
+    }
 }
 
 /// Per-site "previous address" state that restarts with every chunk.
@@ -299,32 +313,22 @@ impl ChunkEncoder {
                 b.push(TAG_INVOCATION_SKIPPED);
                 put_u64(b, pc);
             }
-            Event::AllocDetail { usable, time_ns } => {
-                let mut body = Vec::new();
-                put_u64(&mut body, usable);
-                put_u64(&mut body, time_ns);
-                put_extension(b, EXT_ALLOC_DETAIL, &body);
-            }
-            Event::AllocStack { stack } => {
-                let mut body = Vec::new();
-                put_u64(&mut body, stack.into());
-                put_extension(b, EXT_ALLOC_STACK, &body);
-            }
-            Event::ProgramBreak { from, to } => {
-                let mut body = Vec::new();
-                put_u64(&mut body, from);
-                put_u64(&mut body, to);
-                put_extension(b, EXT_PROGRAM_BREAK, &body);
-            }
-            Event::CustomAllocation(c) => {
-                let mut body = Vec::new();
-                put_u64(&mut body, c.allocator.into());
+            Event::AllocDetail { usable, time_ns } => put_extension(b, EXT_ALLOC_DETAIL, |body| {
+                put_u64(body, usable);
+                put_u64(body, time_ns);
+            }),
+            Event::AllocStack { stack } => put_extension(b, EXT_ALLOC_STACK, |body| put_u64(body, stack.into())),
+            Event::ProgramBreak { from, to } => put_extension(b, EXT_PROGRAM_BREAK, |body| {
+                put_u64(body, from);
+                put_u64(body, to);
+            }),
+            Event::CustomAllocation(c) => put_extension(b, EXT_CUSTOM_ALLOCATION, |body| {
+                put_u64(body, c.allocator.into());
                 body.push(c.op as u8);
                 for v in [c.size, c.ptr_in, c.ptr_out, c.callsite] {
-                    put_u64(&mut body, v);
+                    put_u64(body, v);
                 }
-                put_extension(b, EXT_CUSTOM_ALLOCATION, &body);
-            }
+            }),
         }
     }
 }
@@ -583,4 +587,28 @@ pub(crate) fn decode_sites(raw: &[u8], version: u16, table: &mut Vec<Site>) -> R
         return Err("trailing bytes after the site table");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An extension body of 128 bytes or more needs a longer length than
+    /// the one byte first given to it: the reader skips exactly that body
+    /// (a kind it does not know) and reads the event after it.
+    #[test]
+    fn a_long_extension_body_keeps_its_length_right() {
+        for body_len in [0usize, 1, 127, 128, 300] {
+            let mut encoder = ChunkEncoder::new();
+            put_extension(&mut encoder.buf, 99, |body| body.extend(std::iter::repeat_n(0xab, body_len)));
+            encoder.push(&Event::AllocDetail { usable: 24, time_ns: 1_000_000_007 });
+            let raw = encoder.take();
+            let mut decoder = ChunkDecoder::new();
+            decoder.start_chunk();
+            let mut cursor = Cursor::new(&raw);
+            let got = decoder.next(&mut cursor, &[]).expect("decodes");
+            assert_eq!(got, Some(Event::AllocDetail { usable: 24, time_ns: 1_000_000_007 }), "body of {body_len}");
+            assert!(cursor.is_empty());
+        }
+    }
 }
