@@ -15,8 +15,14 @@
 //! draws from the summary), against the same drawn exactly by replay
 //! (`rasterize_exact`, what `render` did before the summary) on the 10M
 //! trace in this process: a ratio.
+//!
+//! Then the allocations view (`view --allocations`) the same way, on
+//! examples/c/heap_mix.c recorded with `record --allocations` (1.4M rounds,
+//! over 1M allocator calls; `LINETRACE_BENCH_ALLOC_ROUNDS=N` changes
+//! that): first picture, goal < 1 s, and pan frames, goal p99 < 16 ms.
+//! `LINETRACE_BENCH_READS=none` runs only this part.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -62,43 +68,8 @@ fn main() {
                 .env_remove("WAYLAND_DISPLAY"),
         );
         assert!(ok, "view --bench-json failed: {err}");
-        let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report")).expect("JSON");
-        let series = |key: &str| -> Vec<f64> {
-            r[key].as_array().map(|a| a.iter().filter_map(|v| v.as_f64()).collect()).unwrap_or_default()
-        };
-        let mut frames = series("pan_frame_ms");
-        let mut ui_cpu = series("pan_ui_cpu_ms");
-        let zooms: Vec<(f64, f64, f64)> = r["zoom_ms"]
-            .as_array()
-            .expect("zooms")
-            .iter()
-            .map(|z| (z[0].as_f64().unwrap_or(0.0), z[1].as_f64().unwrap_or(0.0), z[2].as_f64().unwrap_or(0.0)))
-            .collect();
-        let mut latencies: Vec<f64> = zooms.iter().map(|z| z.1).collect();
-        println!("view {reads} reads ({} columns), 1920x1080, whole session {secs:.1}s:", r["columns"]);
-        println!("  first picture        {:>8.0} ms", r["first_picture_ms"].as_f64().unwrap_or(0.0));
-        println!("  decoded              {:>8.0} ms", r["decoded_ms"].as_f64().unwrap_or(0.0));
-        println!(
-            "  pan frame update     p50 {:.2} ms, p99 {:.2} ms wall ({} frames)",
-            percentile(&mut frames, 0.5),
-            percentile(&mut frames, 0.99),
-            frames.len()
-        );
-        println!(
-            "  pan UI pass CPU      p50 {:.2} ms, p99 {:.2} ms",
-            percentile(&mut ui_cpu, 0.5),
-            percentile(&mut ui_cpu, 0.99)
-        );
-        println!(
-            "  zoom step to sharp   median {:.0} ms, max {:.0} ms over {} steps",
-            percentile(&mut latencies, 0.5),
-            latencies.last().copied().unwrap_or(0.0),
-            zooms.len()
-        );
-        for (per_pixel, ms, drawing) in &zooms {
-            println!("    {per_pixel:>14.2} columns/pixel: {ms:>6.0} ms (drawing {drawing:.0} ms)");
-        }
-        println!("  peak RSS             {:>8.0} MiB", rss as f64 / 1024.0);
+        print_session(&format!("view {reads} reads"), &json, secs, rss);
+
         // render of the whole trace, from the summary.
         let png = path.with_extension("png");
         let (render_secs, _, ok, _, err) = run_measured(
@@ -137,5 +108,87 @@ fn main() {
         for p in [&path, &json, &png] {
             let _ = std::fs::remove_file(p);
         }
+    }
+    allocations_view(linetrace, &dir);
+}
+
+/// Prints what `view --bench-json` measured (written to `json`), for a
+/// session that took `secs` and peaked at `rss` KiB.
+fn print_session(title: &str, json: &Path, secs: f64, rss: u64) {
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(json).expect("report")).expect("JSON");
+    let series = |key: &str| -> Vec<f64> {
+        r[key].as_array().map(|a| a.iter().filter_map(|v| v.as_f64()).collect()).unwrap_or_default()
+    };
+    let mut frames = series("pan_frame_ms");
+    let mut ui_cpu = series("pan_ui_cpu_ms");
+    let zooms: Vec<(f64, f64, f64)> = r["zoom_ms"]
+        .as_array()
+        .expect("zooms")
+        .iter()
+        .map(|z| (z[0].as_f64().unwrap_or(0.0), z[1].as_f64().unwrap_or(0.0), z[2].as_f64().unwrap_or(0.0)))
+        .collect();
+    let mut latencies: Vec<f64> = zooms.iter().map(|z| z.1).collect();
+    println!("{title} ({} columns), 1920x1080, whole session {secs:.1}s:", r["columns"]);
+    println!("  first picture        {:>8.0} ms", r["first_picture_ms"].as_f64().unwrap_or(0.0));
+    println!("  decoded              {:>8.0} ms", r["decoded_ms"].as_f64().unwrap_or(0.0));
+    println!(
+        "  pan frame update     p50 {:.2} ms, p99 {:.2} ms wall ({} frames)",
+        percentile(&mut frames, 0.5),
+        percentile(&mut frames, 0.99),
+        frames.len()
+    );
+    println!(
+        "  pan UI pass CPU      p50 {:.2} ms, p99 {:.2} ms",
+        percentile(&mut ui_cpu, 0.5),
+        percentile(&mut ui_cpu, 0.99)
+    );
+    println!(
+        "  zoom step to sharp   median {:.0} ms, max {:.0} ms over {} steps",
+        percentile(&mut latencies, 0.5),
+        latencies.last().copied().unwrap_or(0.0),
+        zooms.len()
+    );
+    for (per_pixel, ms, drawing) in &zooms {
+        println!("    {per_pixel:>14.2} columns/pixel: {ms:>6.0} ms (drawing {drawing:.0} ms)");
+    }
+    println!("  peak RSS             {:>8.0} MiB", rss as f64 / 1024.0);
+}
+
+/// The allocations view on a recorded run of heap_mix with over a million
+/// allocator calls.
+fn allocations_view(linetrace: &str, dir: &Path) {
+    let rounds = std::env::var("LINETRACE_BENCH_ALLOC_ROUNDS").unwrap_or_else(|_| "1400000".into());
+    let bin = dir.join(format!("linetrace-view-bench-heap_mix-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/heap_mix.c");
+    let built = Command::new("gcc").args(["-O2", "-g", "-pthread"]).arg(&src).arg("-o").arg(&bin).status();
+    assert!(built.is_ok_and(|s| s.success()), "gcc failed on {}", src.display());
+    let trace = bin.with_extension("lntrace");
+    let out = Command::new(linetrace)
+        .args(["record", "--force", "--allocations", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&bin)
+        .arg(&rounds)
+        .output()
+        .expect("linetrace runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record --allocations failed: {err}");
+    if let Some(line) = err.lines().find(|l| l.contains("recorded")) {
+        println!("{line}");
+    }
+    let json = trace.with_extension("json");
+    let (secs, rss, ok, _, err) = run_measured(
+        Command::new(linetrace)
+            .args(["view", "--allocations"])
+            .arg(&trace)
+            .args(["--size", "1920x1080", "--bench-json"])
+            .arg(&json)
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY"),
+    );
+    assert!(ok, "view --allocations --bench-json failed: {err}");
+    print_session(&format!("view --allocations, heap_mix {rounds} rounds"), &json, secs, rss);
+    for p in [&bin, &trace, &json] {
+        let _ = std::fs::remove_file(p);
     }
 }

@@ -560,7 +560,7 @@ pub struct ViewArgs {
     /// names a block's size, function and lifetime (traces of
     /// `record --allocations`, or allocations inside a traced function).
     /// With --screenshot, --hover EVENT,ROW hovers pixel row ROW.
-    #[arg(long, conflicts_with_all = ["compare", "bench_json"])]
+    #[arg(long, conflicts_with = "compare")]
     pub allocations: bool,
     /// Draw offscreen, save this PNG and exit.
     #[arg(long, value_name = "PNG")]
@@ -586,7 +586,8 @@ pub struct ViewArgs {
     #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
     pub addresses: Option<(u64, u64)>,
     /// Measure: script a session (decode, pan, zoom steps), write timings
-    /// as JSON here and exit (`cargo bench --bench view` uses it).
+    /// as JSON here and exit (`cargo bench --bench view` uses it; with
+    /// --allocations, of the allocations view).
     #[arg(long, value_name = "JSON", conflicts_with_all = ["screenshot", "compare"])]
     pub bench_json: Option<PathBuf>,
     /// Decoding settings.

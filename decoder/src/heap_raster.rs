@@ -259,8 +259,11 @@ pub fn render_heap(
         .collect();
     let mut image = Image::new(w, h, BACKGROUND);
     // Malloc's blocks, and the custom allocators' drawn over them.
-    let mut cells = vec![Coverage::default(); w as usize * main_h as usize];
-    let mut inner = vec![Coverage::default(); w as usize * main_h as usize];
+    let pixels = w as usize * main_h as usize;
+    let mut cells = vec![Coverage::default(); pixels];
+    // Custom allocators' blocks, over malloc's: a second layer only when
+    // there are some (40 bytes a pixel: 70 MB at 1920x1000).
+    let mut inner = vec![Coverage::default(); if drawn.iter().any(|r| r.allocator.is_some()) { pixels } else { 0 }];
     let x_of = |t: f64| ((t - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
     for r in &drawn {
@@ -307,7 +310,7 @@ pub fn render_heap(
         for x in 0..w {
             let i = y as usize * w as usize + x as usize;
             let under = cells[i].resolve(BACKGROUND, view.alpha);
-            image.set(x, y, inner[i].resolve(under, view.alpha));
+            image.set(x, y, inner.get(i).map_or(under, |c| c.resolve(under, view.alpha)));
         }
     }
     for pair in bands.windows(2) {
@@ -370,14 +373,23 @@ fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
 /// Per pixel column, the highest live bytes in its events over the peak of
 /// the whole run; `window` is (first event shown, events shown).
 fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: (f64, f64), width: u32) -> Vec<f64> {
-    let mut delta: Vec<(f64, i64)> = Vec::with_capacity(heap.len() * 2);
-    for r in heap {
-        delta.push((axis.start(r), r.size as i64));
-        if r.free_event.is_some() {
-            delta.push((axis.end(r), -(r.size as i64)));
-        }
-    }
-    delta.sort_by(|a, b| a.0.total_cmp(&b.0).then((a.1 < 0).cmp(&(b.1 < 0))));
+    // Allocations and frees sorted apart and merged, allocations first at
+    // equal times: the allocations come nearly in order already (a sort
+    // finds that fast), and one sort of both with the tie rule in its
+    // comparison was a third of drawing a million blocks. The order among
+    // equal times of one kind does not change a column's maximum.
+    let mut allocs: Vec<(f64, i64)> = heap.iter().map(|r| (axis.start(r), r.size as i64)).collect();
+    let mut frees: Vec<(f64, i64)> =
+        heap.iter().filter(|r| r.free_event.is_some()).map(|r| (axis.end(r), -(r.size as i64))).collect();
+    allocs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    frees.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut a, mut f) = (allocs.into_iter().peekable(), frees.into_iter().peekable());
+    let delta = std::iter::from_fn(|| match (a.peek(), f.peek()) {
+        (Some(x), Some(y)) if x.0.total_cmp(&y.0).is_le() => a.next(),
+        (Some(_), Some(_)) => f.next(),
+        (Some(_), None) => a.next(),
+        (None, _) => f.next(),
+    });
     let mut column_max = vec![-1i64; width as usize];
     let (mut live, mut peak, mut before) = (0i64, 1i64, 0i64);
     for (e, d) in delta {

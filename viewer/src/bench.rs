@@ -1,7 +1,10 @@
 //! A scripted run for measuring the viewer (`linetrace view --bench-json`):
 //! time to the first picture, to the decoded trace, CPU time of the frames
 //! while panning, and latency from each zoom step to the sharp picture,
-//! written as JSON. `cargo bench --bench view` drives it.
+//! written as JSON. `cargo bench --bench view` drives it, in the access
+//! view and in the allocations view (`--allocations`): the script sees a
+//! mode only through its [`UiReport`] and steers it with [`ViewCommand`]s,
+//! which every mode applies in [`crate::ViewCommandsApplied`].
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -9,9 +12,8 @@ use std::time::{Duration, Instant};
 use bevy::prelude::*;
 use serde::Serialize;
 
-use crate::session::Session;
 use crate::ui::UiReport;
-use crate::view::{ViewCommand, Viewport};
+use crate::view::ViewCommand;
 
 /// Frames panned.
 const PAN_FRAMES: usize = 240;
@@ -110,14 +112,12 @@ fn ms(d: Duration) -> f64 {
 
 fn step(
     mut bench: ResMut<Bench>,
-    session: Res<Session>,
     report: Res<UiReport>,
-    view: Res<Viewport>,
     mut commands: MessageWriter<ViewCommand>,
     mut exit: MessageWriter<AppExit>,
 ) {
     let frame = bench.frame_start.elapsed();
-    if let Some(e) = &session.error {
+    if let Some(e) = &report.error {
         *bench.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
         exit.write(AppExit::error());
         return;
@@ -125,16 +125,20 @@ fn step(
     if bench.report.first_picture_ms == 0.0 && report.picture {
         bench.report.first_picture_ms = ms(bench.started.elapsed());
     }
+    // The visible columns (the access view's reads, the allocations view's
+    // events or nanoseconds).
+    let width = report.columns.1 - report.columns.0;
     match bench.phase {
         Phase::Loading => {
-            if let Some(l) = &session.loaded {
+            if report.loaded {
                 bench.report.decoded_ms = ms(bench.started.elapsed());
-                bench.report.columns = l.model.columns;
                 bench.phase = Phase::Settle;
             }
         }
         Phase::Settle => {
             if report.sharp {
+                // The whole trace is in view at first.
+                bench.report.columns = width.round() as u64;
                 commands.write(ViewCommand::Zoom { at: 0.5, factor: 0.05 });
                 bench.phase = Phase::Pan(0);
             }
@@ -166,10 +170,10 @@ fn step(
             }
             if report.sharp || waited > ZOOM_TIMEOUT {
                 if step > 0 {
-                    let per_pixel = view.width() / (report.bitmap[2] - report.bitmap[0]).max(1.0) as f64;
+                    let per_pixel = width / (report.bitmap[2] - report.bitmap[0]).max(1.0) as f64;
                     bench.report.zoom_ms.push((per_pixel, ms(waited), report.render_ms));
                 }
-                if view.width() <= crate::view::MIN_COLUMNS * 2.0 || step > 40 {
+                if width <= crate::view::MIN_COLUMNS * 2.0 || step > 40 {
                     bench.phase = Phase::Done;
                 } else {
                     commands.write(ViewCommand::Zoom { at: 0.37, factor: 0.5 });

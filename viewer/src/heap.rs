@@ -25,7 +25,7 @@ use crate::ViewerOptions;
 use crate::jobs::Job;
 use crate::session::{Loaded, Session};
 use crate::ui::{Activity, UiReport};
-use crate::view::Viewport;
+use crate::view::{ViewCommand, Viewport};
 
 /// Units of the address axis in the [`Viewport`]'s rows: a row range
 /// `[a, b)` shows fractions `a / ROWS .. b / ROWS` of the layout, and the
@@ -63,8 +63,8 @@ pub struct HeapMode {
     colour_by: HeapColourBy,
     cushion: Cushion,
     alpha: f64,
-    picture: Job<PictureKey, Arc<HeapPicture>>,
-    context: Job<PictureKey, Arc<HeapPicture>>,
+    picture: Job<PictureKey, Arc<DrawnHeap>>,
+    context: Job<PictureKey, Arc<DrawnHeap>>,
     analysis: Job<u32, Arc<HeapReport>>,
     texture: Option<(egui::TextureHandle, PictureKey)>,
     context_texture: Option<(egui::TextureHandle, PictureKey)>,
@@ -75,6 +75,22 @@ pub struct HeapMode {
     addresses_missed: Option<(u64, u64)>,
     forced_hover: Option<(u64, Option<usize>)>,
     ignore_pointer: bool,
+}
+
+/// A heap picture and the same pixels as an egui image, made on the
+/// drawing job's thread: converted on the UI thread, a 1920x1080 picture
+/// held up the frame it arrived in (pan frames' p99).
+struct DrawnHeap {
+    picture: HeapPicture,
+    image: Arc<egui::ColorImage>,
+}
+
+impl DrawnHeap {
+    fn new(picture: HeapPicture) -> DrawnHeap {
+        let size = [picture.image.width as usize, picture.image.height as usize];
+        let image = Arc::new(egui::ColorImage::from_rgba_unmultiplied(size, &picture.image.rgba));
+        DrawnHeap { picture, image }
+    }
 }
 
 /// The allocations mode's resources and systems.
@@ -107,7 +123,16 @@ impl Plugin for HeapPlugin {
         })
         .init_resource::<UiReport>()
         .init_resource::<Activity>()
-        .add_systems(bevy_egui::EguiPrimaryContextPass, heap_ui);
+        .add_message::<ViewCommand>()
+        .add_systems(bevy_egui::EguiPrimaryContextPass, heap_ui)
+        .add_systems(Last, apply_view_commands.in_set(crate::ViewCommandsApplied));
+    }
+}
+
+/// The frame's [`ViewCommand`]s from outside the UI (a script: the bench).
+fn apply_view_commands(mut mode: ResMut<HeapMode>, mut commands: MessageReader<ViewCommand>) {
+    for command in commands.read() {
+        crate::view::apply(&mut mode.view, *command);
     }
 }
 
@@ -117,6 +142,7 @@ fn heap_ui(
     mut report: ResMut<UiReport>,
     mut activity: ResMut<Activity>,
 ) -> Result {
+    let cpu_start = crate::bench::thread_cpu_time();
     let ctx = contexts.ctx_mut()?.clone();
     let m = &mut *mode;
     let HeapMode { session, view, .. } = m;
@@ -134,8 +160,6 @@ fn heap_ui(
             m.axis = Some(axis);
             m.axis_of = Some((l.generation, m.clock));
         }
-        let (model, symbols) = (l.model.clone(), l.symbols.clone());
-        m.analysis.want(l.generation, move |_| Some(Arc::new(decoder::heap::analyse(&model, &symbols))));
     }
     let mut root =
         egui::Ui::new(ctx.clone(), "linetrace-heap".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
@@ -149,12 +173,20 @@ fn heap_ui(
         egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = side_panel(ui, m));
     });
     egui::CentralPanel::default().show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
+    // The analysis for the side panel once the first picture is there: the
+    // jobs share the cores with the renderer, and the picture is what the
+    // user waits for.
+    if let Some(l) = loaded.as_ref().filter(|_| report.picture) {
+        let (model, symbols) = (l.model.clone(), l.symbols.clone());
+        m.analysis.want(l.generation, move |_| Some(Arc::new(decoder::heap::analyse(&model, &symbols))));
+    }
     if let Some(e) = &m.session.error {
         report.error = Some(format!("the trace could not be decoded: {e}"));
     }
     let hover_ready = m.forced_hover.is_none() || !report.tooltip.is_empty();
     report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
     activity.0 = m.session.loading.is_some() || m.picture.busy() || m.context.busy() || m.analysis.busy();
+    report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
 }
 
@@ -218,7 +250,7 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     } else {
         ""
     };
-    let addresses = match (m.addresses_missed, m.picture.latest().and_then(|(_, p)| p.visible_addresses())) {
+    let addresses = match (m.addresses_missed, m.picture.latest().and_then(|(_, p)| p.picture.visible_addresses())) {
         (Some((lo, hi)), _) => format!("  ·  no heap block lies in {lo:#x}..{hi:#x}: showing every address"),
         (None, Some((lo, hi))) if m.view.rows != (0.0, ROWS) => format!("  ·  addresses {lo:#x}..{hi:#x}"),
         _ => String::new(),
@@ -353,7 +385,12 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     // The context strip: the whole run and address axis, at the main
     // picture's height so its rows line up with the layout's fractions.
     let context_key = PictureKey { size: (pixels(strip).0, size.1), range: None, rows: None, ..key.clone() };
-    for (job, k) in [(&mut m.picture, key.clone()), (&mut m.context, context_key.clone())] {
+    // The context strip once the main view has a picture: drawing it costs
+    // nearly as much (the work is per block, not per pixel), and on two
+    // cores shared with the renderer it held the first picture back.
+    let jobs = [(&mut m.picture, key.clone()), (&mut m.context, context_key.clone())];
+    let have_picture = m.texture.is_some();
+    for (job, k) in jobs.into_iter().take(if have_picture { 2 } else { 1 }) {
         let (model, symbols) = (l.model.clone(), l.symbols.clone());
         job.want(k.clone(), move |_| {
             let view = HeapView {
@@ -367,7 +404,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                 rows: k.rows,
             };
             let name = |pc: u64| symbols.locate(pc).function.clone();
-            Some(Arc::new(render_heap(&model.allocations, model.total.allocations, &view, &name)))
+            Some(Arc::new(DrawnHeap::new(render_heap(&model.allocations, model.total.allocations, &view, &name))))
         });
     }
     for (job, texture, name) in
@@ -375,11 +412,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     {
         if let Some((k, p)) = job.latest() {
             if texture.as_ref().is_none_or(|(_, have)| have != k) {
-                let image = egui::ColorImage::from_rgba_unmultiplied(
-                    [p.image.width as usize, p.image.height as usize],
-                    &p.image.rgba,
-                );
-                *texture = Some((ctx.load_texture(name, image, egui::TextureOptions::NEAREST), k.clone()));
+                *texture = Some((ctx.load_texture(name, p.image.clone(), egui::TextureOptions::NEAREST), k.clone()));
             }
         }
     }
@@ -410,11 +443,12 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         m.view.reset();
     }
     if let Some((_, picture)) = m.picture.latest().filter(|(k, _)| *k == key) {
-        report.addresses = picture.visible_addresses();
+        report.addresses = picture.picture.visible_addresses();
     }
 
     // Hover: the block under the pointer.
-    let Some((_, picture)) = m.picture.latest().filter(|(k, _)| *k == key) else { return };
+    let Some((_, drawn)) = m.picture.latest().filter(|(k, _)| *k == key) else { return };
+    let picture = &drawn.picture;
     let at = match m.forced_hover {
         Some((event, row)) => {
             let y = row.unwrap_or(0) as f32 / ppp;
