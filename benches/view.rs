@@ -58,17 +58,7 @@ fn main() {
         write_trace(&path, reads, Pattern::MissHeavy);
         eprintln!("wrote {reads} miss-heavy reads in {:.1}s", t.elapsed().as_secs_f64());
         let json = path.with_extension("json");
-        let (secs, rss, ok, _, err) = run_measured(
-            Command::new(linetrace)
-                .arg("view")
-                .arg(&path)
-                .args(["--size", "1920x1080", "--bench-json"])
-                .arg(&json)
-                .env_remove("DISPLAY")
-                .env_remove("WAYLAND_DISPLAY"),
-        );
-        assert!(ok, "view --bench-json failed: {err}");
-        print_session(&format!("view {reads} reads"), &json, secs, rss);
+        measure_session(linetrace, &[], &path, &json, &format!("view {reads} reads"));
 
         // render of the whole trace, from the summary.
         let png = path.with_extension("png");
@@ -110,6 +100,23 @@ fn main() {
         }
     }
     allocations_view(linetrace, &dir);
+}
+
+/// Runs `view MODE_ARGS TRACE --bench-json JSON` headless at 1920x1080 and
+/// prints what it measured under `title`.
+fn measure_session(linetrace: &str, mode_args: &[&str], trace: &Path, json: &Path, title: &str) {
+    let (secs, rss, ok, _, err) = run_measured(
+        Command::new(linetrace)
+            .arg("view")
+            .args(mode_args)
+            .arg(trace)
+            .args(["--size", "1920x1080", "--bench-json"])
+            .arg(json)
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY"),
+    );
+    assert!(ok, "view {} --bench-json failed: {err}", mode_args.join(" "));
+    print_session(title, json, secs, rss);
 }
 
 /// Prints what `view --bench-json` measured (written to `json`), for a
@@ -177,17 +184,13 @@ fn allocations_view(linetrace: &str, dir: &Path) {
         println!("{line}");
     }
     let json = trace.with_extension("json");
-    let (secs, rss, ok, _, err) = run_measured(
-        Command::new(linetrace)
-            .args(["view", "--allocations"])
-            .arg(&trace)
-            .args(["--size", "1920x1080", "--bench-json"])
-            .arg(&json)
-            .env_remove("DISPLAY")
-            .env_remove("WAYLAND_DISPLAY"),
+    measure_session(
+        linetrace,
+        &["--allocations"],
+        &trace,
+        &json,
+        &format!("view --allocations, heap_mix {rounds} rounds"),
     );
-    assert!(ok, "view --allocations --bench-json failed: {err}");
-    print_session(&format!("view --allocations, heap_mix {rounds} rounds"), &json, secs, rss);
     for p in [&bin, &trace, &json] {
         let _ = std::fs::remove_file(p);
     }
