@@ -464,6 +464,9 @@ pub struct RenderArgs {
     /// stretched over the picture's height (e.g. a pool's arena).
     #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
     pub addresses: Option<(u64, u64)>,
+    /// With --allocations: size-class views and cushion cursors.
+    #[command(flatten)]
+    pub correlate: CorrelateArgs,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,
@@ -490,6 +493,53 @@ impl From<HeapColourArg> for decoder::heap_raster::HeapColourBy {
             HeapColourArg::SizeClass => Self::SizeClass,
             HeapColourArg::Lifetime => Self::Lifetime,
         }
+    }
+}
+
+/// Correlated views of the heap (`render --allocations`, `view
+/// --allocations`).
+#[derive(Debug, Args)]
+pub struct CorrelateArgs {
+    /// With --allocations: one view per size class (glibc's bins: fast,
+    /// small, large, huge), stacked so they share the time axis (`time`:
+    /// do bursts happen in all bins at once?) or side by side with each
+    /// bin's addresses over the full height (`address`: how full is each?).
+    #[arg(long, value_enum, requires = "allocations", conflicts_with = "addresses")]
+    pub bins: Option<BinLayoutArg>,
+    /// With --allocations: a cushion cursor (a soft bright band) at this
+    /// point of the time axis, in allocation events (or nanoseconds since
+    /// the first call with --wall-clock), across every bin. Repeatable. In
+    /// the viewer a click drops one, a right click removes the nearest.
+    #[arg(long = "cursor", value_name = "T", requires = "allocations")]
+    pub cursors: Vec<f64>,
+    /// With --allocations: the opacity of the cursors at their centre.
+    #[arg(long, value_name = "0..1", default_value_t = 0.6, value_parser = parse_unit_interval)]
+    pub cursor_strength: f64,
+}
+
+/// How the size-class views are laid out.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum BinLayoutArg {
+    /// Stacked, one time axis.
+    Time,
+    /// Side by side, each bin's addresses over the full height.
+    Address,
+}
+
+impl From<BinLayoutArg> for decoder::heap_bins::BinLayout {
+    fn from(a: BinLayoutArg) -> Self {
+        match a {
+            BinLayoutArg::Time => Self::Time,
+            BinLayoutArg::Address => Self::Address,
+        }
+    }
+}
+
+/// A number from 0 to 1.
+pub fn parse_unit_interval(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a number from 0 to 1")),
     }
 }
 
@@ -585,6 +635,10 @@ pub struct ViewArgs {
     /// strip at the right shows where the view is and moves it on click).
     #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
     pub addresses: Option<(u64, u64)>,
+    /// With --allocations: size-class views and cushion cursors to open
+    /// with (the toolbar changes them).
+    #[command(flatten)]
+    pub correlate: CorrelateArgs,
     /// Measure: script a session (decode, pan, zoom steps), write timings
     /// as JSON here and exit (`cargo bench --bench view` uses it; with
     /// --allocations, of the allocations view).

@@ -120,12 +120,49 @@ fn render_allocations(
                 }
             },
         },
+        class: None,
     };
     let name = |pc: u64| symbols.locate(pc).function.clone();
+    let style = MonoTextStyle::new(&FONT_6X10, Rgb888::WHITE);
+    if let Some(layout) = args.correlate.bins {
+        let Some(mut bins) =
+            decoder::heap_bins::render_bins(&model.allocations, model.total.allocations, &view, layout.into(), &name)
+        else {
+            out.abandon();
+            bail!("{} has no heap blocks to draw", args.file.display());
+        };
+        if let Some(cell) = bins.cells.first() {
+            warn_cursors_outside(&args.correlate.cursors, &cell.picture.axis);
+        }
+        decoder::heap_bins::draw_bin_cursors(&mut bins, &args.correlate.cursors, args.correlate.cursor_strength);
+        let labels: Vec<(Point, String)> = bins
+            .cells
+            .iter()
+            .map(|c| (Point::new(c.left as i32 + 3, c.top as i32 + 1), c.class.name().to_string()))
+            .collect();
+        let mut canvas = Canvas(&mut bins.image);
+        for (at, text) in labels {
+            let _ = Text::with_baseline(&text, at, style, Baseline::Top).draw(&mut canvas);
+        }
+        write_heap_image(&bins.image, args, out, format)?;
+        let axis = bins.cells.first().map(|c| axis_label(&c.picture.axis)).unwrap_or_default();
+        eprintln!(
+            "linetrace: wrote {} ({}x{}, {} size-class bins, {axis})",
+            args.output.display(),
+            bins.image.width,
+            bins.image.height,
+            bins.cells.len()
+        );
+        return Ok(());
+    }
     let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);
+    warn_cursors_outside(&args.correlate.cursors, &picture.axis);
+    let xs: Vec<f64> = args.correlate.cursors.iter().map(|&t| picture.window.x(t)).collect();
+    let whole =
+        decoder::heap_bins::PixelRect { left: 0, top: 0, right: picture.image.width, bottom: picture.image.height };
+    decoder::heap_bins::draw_cursors(&mut picture.image, whole, &xs, args.correlate.cursor_strength);
     // Each region's first address in view, where there is room for it (a
     // band cut by the top of the picture: the address at its top row).
-    let style = MonoTextStyle::new(&FONT_6X10, Rgb888::WHITE);
     let rows = f64::from(picture.occupancy_top);
     let labels: Vec<(i32, u64)> = picture
         .bands
@@ -148,12 +185,7 @@ fn render_allocations(
     let label = format!("live bytes over {axis} (peak = full)");
     let _ = Text::with_baseline(&label, Point::new(3, picture.occupancy_top as i32 + 5), style, Baseline::Top)
         .draw(&mut canvas);
-    let file = out.create()?;
-    if let Err(e) = write_image(&picture.image, format, std::io::BufWriter::new(file)) {
-        out.abandon();
-        return Err(e.context(format!("writing {}", args.output.display())));
-    }
-    out.commit()?;
+    write_heap_image(&picture.image, args, out, format)?;
     eprintln!(
         "linetrace: wrote {} ({}x{}, {} heap regions, {axis}{})",
         args.output.display(),
@@ -166,6 +198,24 @@ fn render_allocations(
         }
     );
     Ok(())
+}
+
+/// Writes a heap picture to the output.
+fn write_heap_image(image: &Image, args: &RenderArgs, out: PendingOutput, format: Format) -> Result<()> {
+    let file = out.create()?;
+    if let Err(e) = write_image(image, format, std::io::BufWriter::new(file)) {
+        out.abandon();
+        return Err(e.context(format!("writing {}", args.output.display())));
+    }
+    out.commit()
+}
+
+/// Says which `--cursor` positions fall outside the run (they draw
+/// nothing, which would otherwise look like a missing cursor).
+fn warn_cursors_outside(cursors: &[f64], axis: &decoder::heap_raster::TimeAxis) {
+    for &t in cursors.iter().filter(|&&t| !(0.0..=axis.extent).contains(&t)) {
+        eprintln!("linetrace: note: --cursor {t} is outside the run (0..{}), nothing drawn for it", axis.extent);
+    }
 }
 
 /// What the x axis of a heap picture spans, for people.

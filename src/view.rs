@@ -23,6 +23,9 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.size = args.size;
     options.columns = args.columns;
     options.addresses = args.addresses;
+    options.bins = args.correlate.bins.map(Into::into);
+    options.cursors = args.correlate.cursors.clone();
+    options.cursor_strength = args.correlate.cursor_strength;
     options.screenshot =
         args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
     options.bench = args.bench_json;

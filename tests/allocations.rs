@@ -337,6 +337,49 @@ fn render_draws_an_address_range() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no heap block"));
 }
 
+/// `render --allocations --bins`: one view per size class of heap_mix, as
+/// many as the report has classes with blocks, named in the summary line;
+/// a cursor outside the run is said to draw nothing; an opacity above 1
+/// and bins with --addresses are refused.
+#[test]
+fn render_draws_size_class_bins_with_cursors() {
+    let bin = c_example("heap_mix", &["-O2"]);
+    let trace = trace_path("heap-mix-bins");
+    assert!(record_with(&["--allocations"], &bin, &["2000"], &trace).status.success());
+    let classes = heap_report(&trace)["size_classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .filter(|c| c["blocks"].as_u64() > Some(0))
+        .count();
+    let png = trace.with_extension("png");
+    let render = |extra: &[&str]| {
+        linetrace()
+            .args(["render", "--allocations", "--force", "--width", "640", "--height", "480", "-o"])
+            .arg(&png)
+            .arg(&trace)
+            .args(extra)
+            .output()
+            .expect("render runs")
+    };
+    for layout in ["time", "address"] {
+        let out = render(&["--bins", layout, "--cursor", "100", "--cursor", "1e12"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains(&format!("(640x480, {classes} size-class bins")), "{layout}: {err}");
+        assert!(err.contains("--cursor 1000000000000 is outside the run"), "{err}");
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).expect("png")));
+        let info = decoder.read_info().expect("png header").info().clone();
+        assert_eq!((info.width, info.height), (640, 480));
+    }
+    for bad in
+        [&["--cursor", "5", "--cursor-strength", "1.5"][..], &["--bins", "time", "--addresses", "0x1000..0x2000"]]
+    {
+        let out = render(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// A custom allocator nested in itself 21 deep: the 16 outermost calls the
 /// agent keeps track of are recorded, the 5 deepest run unrecorded and the
 /// recording says so; the program's output is unchanged.

@@ -68,6 +68,23 @@ fn shoot(trace: &Path, extra: &[&str]) -> Shot {
     Shot { width: info.width, rgb: buf, state }
 }
 
+/// heap_mix (3000 rounds) recorded with `--allocations` to a trace named
+/// after `name`, and its decoded model.
+fn heap_mix_allocations(name: &str) -> (PathBuf, Model) {
+    let bin = c_example("heap_mix", &[]);
+    let trace = trace_path(name);
+    let out = record_with(&["--allocations"], &bin, &["3000"], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    (trace, model)
+}
+
+/// The tooltip lines a screenshot's UI state shows.
+fn tooltip_of(shot: &Shot) -> Vec<String> {
+    let lines = shot.state["tooltip"].as_array().expect("tooltip");
+    lines.iter().filter_map(|l| l.as_str().map(String::from)).collect()
+}
+
 fn close(a: [u8; 3], b: [u8; 3], tolerance: u8) -> bool {
     a.iter().zip(&b).all(|(x, y)| x.abs_diff(*y) <= tolerance)
 }
@@ -286,11 +303,7 @@ fn compare_mode_links_views_through_matching_frames() {
 /// context strip frames the view's part of the address axis in white.
 #[test]
 fn allocations_mode_zooms_into_an_address_range() {
-    let bin = c_example("heap_mix", &[]);
-    let trace = trace_path("heap-mix-zoom");
-    let out = record_with(&["--allocations"], &bin, &["3000"], &trace);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let (trace, model) = heap_mix_allocations("heap-mix-zoom");
     let lo =
         model.allocations.iter().filter(|r| decoder::heap::is_heap_block(r)).map(|r| r.address).min().expect("blocks");
     let hi = lo + (1 << 20);
@@ -362,22 +375,13 @@ fn allocations_mode_shows_a_pools_blocks_inside_its_arena() {
 /// and no live block holds it), and the side panel shows the analysis.
 #[test]
 fn allocations_mode_names_the_block_under_the_pointer() {
-    let bin = c_example("heap_mix", &[]);
-    let trace = trace_path("heap-mix-view");
-    let out = record_with(&["--allocations"], &bin, &["3000"], &trace);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let model = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let (trace, model) = heap_mix_allocations("heap-mix-view");
     let peak = decoder::heap::analyse(&model, &Symbolizer::with_paths(&model.modules, SymbolPaths::default())).peak;
     let mut checked = 0;
     for row in [60, 200, 420] {
         let shot = shoot(&trace, &["--allocations", "--hover", &format!("{},{row}", peak.event)]);
         assert_eq!(shot.state["stats_shown"], true, "the analysis is shown");
-        let tooltip: Vec<String> = shot.state["tooltip"]
-            .as_array()
-            .expect("tooltip")
-            .iter()
-            .filter_map(|l| l.as_str().map(String::from))
-            .collect();
+        let tooltip = tooltip_of(&shot);
         let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
         let event = |line: &str, after: &str| -> u64 {
             line.split(after)
@@ -416,6 +420,63 @@ fn allocations_mode_names_the_block_under_the_pointer() {
         }
     }
     assert!(checked > 0, "at the peak, some hovered point is in a block");
+}
+
+/// Allocations mode split into size classes on one time axis (`--bins
+/// time`): a block hovered in a bin is of that bin's class (the hover
+/// looks among that class only), and the cushion cursor brightens its
+/// column in every bin.
+#[test]
+fn allocations_mode_bins_hover_their_own_class_under_a_cursor() {
+    let (trace, model) = heap_mix_allocations("heap-mix-bins");
+    let classes: Vec<decoder::heap::SizeClass> = decoder::heap::SizeClass::ALL
+        .into_iter()
+        .filter(|&c| {
+            model
+                .allocations
+                .iter()
+                .any(|r| decoder::heap::is_heap_block(r) && decoder::heap::SizeClass::of(r.size) == c)
+        })
+        .collect();
+    assert!(classes.len() >= 3, "heap_mix allocates in several classes: {classes:?}");
+    let cursor = model.total.allocations / 2;
+    let cursor_arg = cursor.to_string();
+    let probe = shoot(&trace, &["--allocations", "--bins", "time"]);
+    let b = probe.state["bitmap"].as_array().expect("bitmap").iter().filter_map(|v| v.as_f64()).collect::<Vec<_>>();
+    let n = classes.len() as f64;
+    let cell = ((b[3] - b[1]) - 3.0 * (n - 1.0)) / n;
+    let mut named = 0;
+    for (i, class) in classes.iter().enumerate() {
+        // The middle of bin i's blocks (stacked bins, 3 px apart, each with
+        // its 24-px occupancy bar at the bottom), in pixel rows of the view.
+        let row = (i as f64 * (cell + 3.0) + (cell - 24.0) / 2.0) as u64;
+        let hover = format!("{},{row}", cursor + 7);
+        let shot = shoot(&trace, &["--allocations", "--bins", "time", "--cursor", &cursor_arg, "--hover", &hover]);
+        assert_eq!(shot.state["cursors"], serde_json::json!([cursor as f64]));
+        let tooltip = tooltip_of(&shot);
+        if tooltip.get(1).is_some_and(|l| l.starts_with("at ")) {
+            let last = tooltip.last().expect("a class line");
+            assert!(last.starts_with(class.name()), "bin {class:?} hovered a block of another class: {tooltip:?}");
+            named += 1;
+        } else {
+            assert!(tooltip.get(1).is_some_and(|l| l.ends_with(": free")), "{tooltip:?}");
+        }
+        // The cursor's centre column is bright in this bin: half way to a
+        // pale yellow over whatever the picture without cursors has there.
+        let x = (b[0] + (cursor as f64 / model.total.allocations as f64) * (b[2] - b[0])) as usize;
+        let y = (b[1] + i as f64 * (cell + 3.0) + cell / 3.0) as usize;
+        let px = |shot: &Shot| {
+            let at = (y * shot.width as usize + x) * 3;
+            [shot.rgb[at], shot.rgb[at + 1], shot.rgb[at + 2]]
+        };
+        let (lit, plain) = (px(&shot), px(&probe));
+        let luma = |p: [u8; 3]| p.iter().map(|&c| u32::from(c)).sum::<u32>();
+        assert!(
+            lit.iter().all(|&c| c >= 100) && luma(lit) >= luma(plain) + 60,
+            "cursor at ({x},{y}) in bin {class:?}: {lit:?}, without it {plain:?}"
+        );
+    }
+    assert!(named > 0, "some bin's middle row at the cursor is inside a block");
 }
 
 /// Four threads traced at once: the viewer shows the thread asked for

@@ -134,9 +134,23 @@ impl TimeAxis {
     /// The block holding `address` at axis position `x`: a custom
     /// allocator's block before the malloc block it was carved from.
     pub fn block_at<'r>(&self, records: &'r [AllocationRecord], address: u64, x: f64) -> Option<&'r AllocationRecord> {
+        self.block_of_class_at(records, None, address, x)
+    }
+
+    /// [`TimeAxis::block_at`] among the blocks of one size class (`None`:
+    /// all), as a bin of [`crate::heap_bins`] shows them.
+    pub fn block_of_class_at<'r>(
+        &self,
+        records: &'r [AllocationRecord],
+        class: Option<SizeClass>,
+        address: u64,
+        x: f64,
+    ) -> Option<&'r AllocationRecord> {
         records
             .iter()
-            .filter(|r| is_drawn(r) && r.contains(address) && self.start(r) <= x && x < self.end(r))
+            .filter(|r| {
+                is_drawn(r) && in_class(r, class) && r.contains(address) && self.start(r) <= x && x < self.end(r)
+            })
             .max_by_key(|r| (r.allocator.is_some(), r.alloc_event))
     }
 }
@@ -145,6 +159,11 @@ impl TimeAxis {
 /// the custom allocators' (a pool's blocks inside its arena).
 pub fn is_drawn(r: &AllocationRecord) -> bool {
     is_heap_block(r) || r.allocator.is_some()
+}
+
+/// Whether `r` is of size class `class` (`None`: any).
+pub fn in_class(r: &AllocationRecord, class: Option<SizeClass>) -> bool {
+    class.is_none_or(|c| SizeClass::of(r.size) == c)
 }
 
 /// The picture wanted.
@@ -169,6 +188,29 @@ pub struct HeapView {
     /// the whole axis at this height and the part is stretched to fill it,
     /// so a fraction always means the same address at every zoom.
     pub rows: Option<(f64, f64)>,
+    /// Only the blocks of one size class (a bin of the correlated views,
+    /// [`crate::heap_bins`]), laid out on their own; `None`: all. The time
+    /// axis stays the whole run's, so bins line up in time.
+    pub class: Option<SizeClass>,
+}
+
+#[cfg(test)]
+impl HeapView {
+    /// A whole-run view of `width` x `height` pixels, flat, coloured by size
+    /// class, box-filtered: exact colours for tests.
+    pub(crate) fn for_tests(width: u32, height: u32) -> HeapView {
+        HeapView {
+            width,
+            height,
+            alpha: 1.0,
+            colour_by: HeapColourBy::SizeClass,
+            cushion: Cushion::None,
+            clock: Clock::Events,
+            range: None,
+            rows: None,
+            class: None,
+        }
+    }
 }
 
 /// Where a region of the address space is in the picture.
@@ -226,6 +268,29 @@ pub struct HeapPicture {
     pub occupancy_top: u32,
     /// The x axis.
     pub axis: TimeAxis,
+    /// The part of the axis drawn, over the picture's width.
+    pub window: TimeWindow,
+    /// The size class drawn (`None`: all).
+    pub class: Option<SizeClass>,
+}
+
+/// A part of the time axis over a number of pixel columns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimeWindow {
+    /// First axis position shown.
+    pub from: f64,
+    /// Axis units shown.
+    pub span: f64,
+    /// Pixel columns.
+    pub width: u32,
+}
+
+impl TimeWindow {
+    /// The pixel column (fractional) of axis position `t`: the one
+    /// definition of x for blocks, the occupancy bar and cursors.
+    pub fn x(&self, t: f64) -> f64 {
+        (t - self.from) / self.span * f64::from(self.width)
+    }
 }
 
 /// Colours of the size classes, in [`SizeClass`] order: blue, green,
@@ -242,8 +307,9 @@ pub fn render_heap(
 ) -> HeapPicture {
     let (w, h) = (view.width.max(1), view.height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8));
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
-    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r)).collect();
-    let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r)).collect();
+    let in_bin = |r: &AllocationRecord| in_class(r, view.class);
+    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r) && in_bin(r)).collect();
+    let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r) && in_bin(r)).collect();
     let axis = TimeAxis::new(records, events, view.clock);
     let (from, to) = view.range.unwrap_or((0.0, axis.extent));
     let span = (to - from).max(1e-9);
@@ -264,7 +330,8 @@ pub fn render_heap(
     // Custom allocators' blocks, over malloc's: a second layer only when
     // there are some (40 bytes a pixel: 70 MB at 1920x1000).
     let mut inner = vec![Coverage::default(); if drawn.iter().any(|r| r.allocator.is_some()) { pixels } else { 0 }];
-    let x_of = |t: f64| ((t - from) / span * f64::from(w)).clamp(-1.0, f64::from(w) + 1.0);
+    let window = TimeWindow { from, span, width: w };
+    let x_of = |t: f64| window.x(t).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
     for r in &drawn {
         let cells = if r.allocator.is_some() { &mut inner } else { &mut cells };
@@ -327,7 +394,7 @@ pub fn render_heap(
         }
     }
     let occupancy_top = main_h + OCCUPANCY_GAP;
-    for (x, level) in occupancy(&heap, &axis, (from, span), w).into_iter().enumerate() {
+    for (x, level) in occupancy(&heap, &axis, &window).into_iter().enumerate() {
         let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level];
         let bar = (level * f64::from(OCCUPANCY_PX)).ceil() as u32;
         for y in 0..OCCUPANCY_PX {
@@ -335,7 +402,7 @@ pub fn render_heap(
             image.set(x as u32, occupancy_top + y, c);
         }
     }
-    HeapPicture { image, bands, occupancy_top, axis }
+    HeapPicture { image, bands, occupancy_top, axis, window, class: view.class }
 }
 
 /// The part of the address axis (fractions of the layout's height, as
@@ -371,8 +438,9 @@ fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
 }
 
 /// Per pixel column, the highest live bytes in its events over the peak of
-/// the whole run; `window` is (first event shown, events shown).
-fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: (f64, f64), width: u32) -> Vec<f64> {
+/// the whole run, over `window`.
+fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: &TimeWindow) -> Vec<f64> {
+    let width = window.width;
     // Allocations and frees sorted apart and merged, allocations first at
     // equal times: the allocations come nearly in order already (a sort
     // finds that fast), and one sort of both with the tie rule in its
@@ -395,7 +463,7 @@ fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: (f64, f64), wi
     for (e, d) in delta {
         live += d;
         peak = peak.max(live);
-        let x = (e - window.0) / window.1 * f64::from(width);
+        let x = window.x(e);
         if x < 0.0 {
             before = live;
         } else if x < f64::from(width) {
@@ -425,16 +493,7 @@ mod tests {
     }
 
     fn view(alpha: f64) -> HeapView {
-        HeapView {
-            width: 100,
-            height: 100 + OCCUPANCY_PX + OCCUPANCY_GAP,
-            alpha,
-            colour_by: HeapColourBy::SizeClass,
-            cushion: Cushion::None,
-            clock: Clock::Events,
-            range: None,
-            rows: None,
-        }
+        HeapView { alpha, ..HeapView::for_tests(100, 100 + OCCUPANCY_PX + OCCUPANCY_GAP) }
     }
 
     #[test]

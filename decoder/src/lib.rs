@@ -31,6 +31,7 @@ pub mod diff;
 mod error;
 mod hashing;
 pub mod heap;
+pub mod heap_bins;
 pub mod heap_raster;
 pub mod inspect;
 pub mod lines;

@@ -13,12 +13,18 @@
 //!   lifetime), the cushion profile and the anti-aliasing exponent.
 //! - The side panel is `report --allocations`: totals, peak, leaks, waste,
 //!   size classes.
+//! - Correlated views ([`decoder::heap_bins`]): the toolbar splits the
+//!   picture into one view per size class, stacked on one time axis or
+//!   side by side; a click drops a cushion cursor at that time across all
+//!   of them, a right click removes the nearest, a slider sets their
+//!   opacity.
 
 use std::sync::Arc;
 
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
+use decoder::heap_bins::{BinLayout, CURSOR_RADIUS_PX, cursor_opacity, render_bins};
 use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, address_rows, render_heap};
 
 use crate::ViewerOptions;
@@ -46,6 +52,7 @@ struct PictureKey {
     colour_by: HeapColourBy,
     cushion: Cushion,
     alpha: f64,
+    bins: Option<BinLayout>,
 }
 
 /// The allocations mode's state.
@@ -75,21 +82,56 @@ pub struct HeapMode {
     addresses_missed: Option<(u64, u64)>,
     forced_hover: Option<(u64, Option<usize>)>,
     ignore_pointer: bool,
+    /// One view per size class, and how they are laid out (`None`: one
+    /// view of every block).
+    bins: Option<BinLayout>,
+    /// Cushion cursors, at positions of the time axis (they stay at their
+    /// time through zooms and pans).
+    cursors: Vec<f64>,
+    /// Their opacity at the centre.
+    cursor_strength: f64,
 }
 
-/// A heap picture and the same pixels as an egui image, made on the
-/// drawing job's thread: converted on the UI thread, a 1920x1080 picture
-/// held up the frame it arrived in (pan frames' p99).
+/// Heap pictures (one, or one per size class) and their pixels as an
+/// egui image, made on the drawing job's thread: converted on the UI
+/// thread, a 1920x1080 picture held up the frame it arrived in (pan
+/// frames' p99).
 struct DrawnHeap {
-    picture: HeapPicture,
+    /// The views and where they are in the image: one at (0, 0), or the
+    /// size-class bins.
+    cells: Vec<DrawnCell>,
     image: Arc<egui::ColorImage>,
 }
 
+/// One view of a [`DrawnHeap`].
+struct DrawnCell {
+    /// Its top left pixel in the whole image.
+    left: u32,
+    top: u32,
+    /// The size class it shows, for bins.
+    label: Option<&'static str>,
+    picture: HeapPicture,
+}
+
 impl DrawnHeap {
-    fn new(picture: HeapPicture) -> DrawnHeap {
-        let size = [picture.image.width as usize, picture.image.height as usize];
-        let image = Arc::new(egui::ColorImage::from_rgba_unmultiplied(size, &picture.image.rgba));
-        DrawnHeap { picture, image }
+    fn new(image: &decoder::raster::Image, cells: Vec<DrawnCell>) -> DrawnHeap {
+        let size = [image.width as usize, image.height as usize];
+        let image = Arc::new(egui::ColorImage::from_rgba_unmultiplied(size, &image.rgba));
+        DrawnHeap { cells, image }
+    }
+
+    fn single(picture: HeapPicture) -> DrawnHeap {
+        let cell = DrawnCell { left: 0, top: 0, label: None, picture };
+        DrawnHeap::new(&cell.picture.image.clone(), vec![cell])
+    }
+
+    /// The view under image pixel (`x`, `y`).
+    fn cell_at(&self, x: f64, y: f64) -> Option<&DrawnCell> {
+        self.cells.iter().find(|c| {
+            let (w, h) = (f64::from(c.picture.image.width), f64::from(c.picture.image.height));
+            let (l, t) = (f64::from(c.left), f64::from(c.top));
+            x >= l && x < l + w && y >= t && y < t + h
+        })
     }
 }
 
@@ -120,6 +162,9 @@ impl Plugin for HeapPlugin {
             addresses_missed: None,
             forced_hover: o.screenshot.as_ref().and_then(|s| s.hover),
             ignore_pointer: o.screenshot.is_some() || o.bench.is_some(),
+            bins: o.bins,
+            cursors: o.cursors.clone(),
+            cursor_strength: o.cursor_strength,
         })
         .init_resource::<UiReport>()
         .init_resource::<Activity>()
@@ -191,7 +236,7 @@ fn heap_ui(
 }
 
 fn toolbar(ui: &mut egui::Ui, m: &mut HeapMode) {
-    ui.horizontal(|ui| {
+    ui.horizontal_wrapped(|ui| {
         ui.strong("linetrace — allocations");
         ui.separator();
         if ui.button("Fit all (0)").clicked() {
@@ -216,7 +261,29 @@ fn toolbar(ui: &mut egui::Ui, m: &mut HeapMode) {
             },
         );
         ui.add(egui::Slider::new(&mut m.alpha, 0.05..=2.0).logarithmic(true).text("alpha"));
+        ui.separator();
+        ui.label("size classes:");
+        egui::ComboBox::from_id_salt("bins").selected_text(bins_name(m.bins)).show_ui(ui, |ui| {
+            for b in [None, Some(BinLayout::Time), Some(BinLayout::Address)] {
+                ui.selectable_value(&mut m.bins, b, bins_name(b));
+            }
+        });
+        ui.separator();
+        ui.label(format!("cursors: {}", m.cursors.len()))
+            .on_hover_text("click the picture to drop a cushion cursor, right-click to remove the nearest");
+        if ui.add_enabled(!m.cursors.is_empty(), egui::Button::new("clear")).clicked() {
+            m.cursors.clear();
+        }
+        ui.add(egui::Slider::new(&mut m.cursor_strength, 0.1..=1.0).text("opacity"));
     });
+}
+
+fn bins_name(b: Option<BinLayout>) -> &'static str {
+    match b {
+        None => "together",
+        Some(BinLayout::Time) => "one per class, stacked (time aligned)",
+        Some(BinLayout::Address) => "one per class, side by side (address aligned)",
+    }
 }
 
 fn colour_name(c: HeapColourBy) -> &'static str {
@@ -250,7 +317,9 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     } else {
         ""
     };
-    let addresses = match (m.addresses_missed, m.picture.latest().and_then(|(_, p)| p.picture.visible_addresses())) {
+    let shown =
+        m.picture.latest().filter(|_| m.bins.is_none()).and_then(|(_, p)| p.cells[0].picture.visible_addresses());
+    let addresses = match (m.addresses_missed, shown) {
         (Some((lo, hi)), _) => format!("  ·  no heap block lies in {lo:#x}..{hi:#x}: showing every address"),
         (None, Some((lo, hi))) if m.view.rows != (0.0, ROWS) => format!("  ·  addresses {lo:#x}..{hi:#x}"),
         _ => String::new(),
@@ -381,10 +450,12 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         colour_by: m.colour_by,
         cushion: m.cushion,
         alpha: m.alpha,
+        bins: m.bins,
     };
     // The context strip: the whole run and address axis, at the main
     // picture's height so its rows line up with the layout's fractions.
-    let context_key = PictureKey { size: (pixels(strip).0, size.1), range: None, rows: None, ..key.clone() };
+    let context_key =
+        PictureKey { size: (pixels(strip).0, size.1), range: None, rows: None, bins: None, ..key.clone() };
     // The context strip once the main view has a picture: drawing it costs
     // nearly as much (the work is per block, not per pixel), and on two
     // cores shared with the renderer it held the first picture back.
@@ -402,9 +473,28 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                 clock: k.clock,
                 range: k.range,
                 rows: k.rows,
+                class: None,
             };
             let name = |pc: u64| symbols.locate(pc).function.clone();
-            Some(Arc::new(DrawnHeap::new(render_heap(&model.allocations, model.total.allocations, &view, &name))))
+            let (records, events) = (&model.allocations, model.total.allocations);
+            let drawn = match k.bins {
+                None => DrawnHeap::single(render_heap(records, events, &view, &name)),
+                Some(layout) => {
+                    let bins = render_bins(records, events, &view, layout, &name)?;
+                    let cells = bins
+                        .cells
+                        .into_iter()
+                        .map(|c| DrawnCell {
+                            left: c.left,
+                            top: c.top,
+                            label: Some(c.class.name()),
+                            picture: c.picture,
+                        })
+                        .collect();
+                    DrawnHeap::new(&bins.image, cells)
+                }
+            };
+            Some(Arc::new(drawn))
         });
     }
     for (job, texture, name) in
@@ -427,6 +517,15 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         report.sharp = *k == key;
         report.picture = true;
     }
+    if let Some((k, drawn)) = m.picture.latest().filter(|(k, _)| k.bins == m.bins) {
+        cushion_cursors(&painter, rect, ppp, m, k, drawn);
+        for cell in drawn.cells.iter().filter(|_| *k == key) {
+            if let Some(label) = cell.label {
+                let at = rect.min + egui::vec2(cell.left as f32, cell.top as f32) / ppp + egui::vec2(4.0, 2.0);
+                painter.text(at, egui::Align2::LEFT_TOP, label, egui::FontId::monospace(11.0), egui::Color32::WHITE);
+            }
+        }
+    }
     context_strip(ui, &painter, strip, m, report);
     report.bitmap = crate::paint::rect4(rect, ppp);
     report.columns = m.view.columns;
@@ -442,13 +541,36 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     if ctx.input(|i| i.key_pressed(egui::Key::Num0)) && !ctx.egui_wants_keyboard_input() {
         m.view.reset();
     }
-    if let Some((_, picture)) = m.picture.latest().filter(|(k, _)| *k == key) {
-        report.addresses = picture.picture.visible_addresses();
+    // A click drops a cushion cursor at its time, a right click removes
+    // the nearest within a cursor's reach.
+    if let Some(p) = response.interact_pointer_pos().filter(|_| response.clicked() || response.secondary_clicked()) {
+        let t = m.view.column_at(f64::from((p.x - rect.left()) / rect.width()));
+        let t = match (m.bins, m.picture.latest()) {
+            (Some(BinLayout::Address), Some((_, drawn))) => {
+                let x = f64::from((p.x - rect.left()) * ppp);
+                let y = f64::from((p.y - rect.top()) * ppp);
+                drawn.cell_at(x, y).map_or(t, |c| time_at(&c.picture, x - f64::from(c.left)))
+            }
+            _ => t,
+        };
+        if response.clicked() {
+            m.cursors.push(t);
+        } else {
+            let reach = m.view.width() / f64::from(rect.width()) * CURSOR_RADIUS_PX / f64::from(ppp);
+            let nearest =
+                (0..m.cursors.len()).min_by(|&a, &b| (m.cursors[a] - t).abs().total_cmp(&(m.cursors[b] - t).abs()));
+            if let Some(i) = nearest.filter(|&i| (m.cursors[i] - t).abs() <= reach) {
+                m.cursors.remove(i);
+            }
+        }
+    }
+    report.cursors = m.cursors.clone();
+    if let Some((_, drawn)) = m.picture.latest().filter(|(k, _)| *k == key && k.bins.is_none()) {
+        report.addresses = drawn.cells[0].picture.visible_addresses();
     }
 
     // Hover: the block under the pointer.
     let Some((_, drawn)) = m.picture.latest().filter(|(k, _)| *k == key) else { return };
-    let picture = &drawn.picture;
     let at = match m.forced_hover {
         Some((event, row)) => {
             let y = row.unwrap_or(0) as f32 / ppp;
@@ -460,14 +582,17 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         None => pointer.filter(|p| rect.contains(*p)),
     };
     let Some(p) = at else { return };
-    let x = m.view.column_at(f64::from((p.x - rect.left()) / rect.width())).max(0.0);
+    let (px, py) = (f64::from((p.x - rect.left()) * ppp), f64::from((p.y - rect.top()) * ppp));
+    let Some(cell) = drawn.cell_at(px, py) else { return };
+    let picture = &cell.picture;
+    let x = time_at(picture, px - f64::from(cell.left)).max(0.0);
     let axis = picture.axis;
     let when = match axis.clock {
         Clock::Events => format!("event {x:.0}"),
         Clock::Wall => format!("{:.6} s", x / 1e9),
     };
-    let lines = match picture.address_at(f64::from((p.y - rect.top()) * ppp)) {
-        Some(address) => match axis.block_at(&l.model.allocations, address, x) {
+    let lines = match picture.address_at(py - f64::from(cell.top)) {
+        Some(address) => match axis.block_of_class_at(&l.model.allocations, picture.class, address, x) {
             Some(b) => block_lines(b, l, &when),
             None => vec![when.clone(), format!("{address:#x}: free")],
         },
@@ -479,6 +604,56 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     );
     crate::paint::tooltip(ctx, p, &lines);
     report.tooltip = lines;
+}
+
+/// The time at pixel column `x` of a picture.
+fn time_at(picture: &HeapPicture, x: f64) -> f64 {
+    let w = picture.window;
+    w.from + x / f64::from(w.width.max(1)) * w.span
+}
+
+/// Paints the cushion cursors over the picture's views (each view maps
+/// time to x its own way when side by side), with the profile the
+/// headless pictures use ([`cursor_opacity`]).
+fn cushion_cursors(
+    painter: &egui::Painter,
+    rect: egui::Rect,
+    ppp: f32,
+    m: &HeapMode,
+    k: &PictureKey,
+    drawn: &DrawnHeap,
+) {
+    let x_in = |left: f32, width: f32, t: f64| left + ((t - m.view.columns.0) / m.view.width()) as f32 * width;
+    for cell in &drawn.cells {
+        // Where the view is on screen: side by side, a cell's share of the
+        // width; stacked or alone, all of it.
+        let (left, width) = match k.bins {
+            Some(BinLayout::Address) => (rect.left() + cell.left as f32 / ppp, cell.picture.image.width as f32 / ppp),
+            _ => (rect.left(), rect.width()),
+        };
+        let (top, bottom) = match k.bins {
+            Some(BinLayout::Time) => {
+                let top = rect.top() + cell.top as f32 / ppp;
+                (top, top + cell.picture.image.height as f32 / ppp)
+            }
+            _ => (rect.top(), rect.bottom()),
+        };
+        for &t in &m.cursors {
+            let centre = x_in(left, width, t);
+            let reach = CURSOR_RADIUS_PX as i32;
+            for d in -reach..reach {
+                let x = centre + (d as f32 + 0.5) / ppp;
+                if x < left || x >= left + width {
+                    continue;
+                }
+                let o = cursor_opacity(f64::from(d) + 0.5, m.cursor_strength);
+                let colour = egui::Color32::from_rgba_unmultiplied(255, 248, 217, (o * 255.0) as u8);
+                painter
+                    .with_clip_rect(rect)
+                    .line_segment([egui::pos2(x, top), egui::pos2(x, bottom)], egui::Stroke::new(1.0 / ppp, colour));
+            }
+        }
+    }
 }
 
 fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, when: &str) -> Vec<String> {

@@ -111,6 +111,12 @@ pub struct ViewerOptions {
     pub compare: Option<PathBuf>,
     /// Allocations mode: the heap's time x address picture.
     pub allocations: bool,
+    /// Allocations mode: one view per size class, laid out so.
+    pub bins: Option<decoder::heap_bins::BinLayout>,
+    /// Allocations mode: cushion cursors at these times.
+    pub cursors: Vec<f64>,
+    /// Allocations mode: their opacity.
+    pub cursor_strength: f64,
 }
 
 impl ViewerOptions {
@@ -127,6 +133,9 @@ impl ViewerOptions {
             bench: None,
             compare: None,
             allocations: false,
+            bins: None,
+            cursors: Vec::new(),
+            cursor_strength: 0.6,
         }
     }
 }

@@ -145,6 +145,8 @@ pub struct UiReport {
     pub rows: (f64, f64),
     /// Tooltip lines shown (empty: none).
     pub tooltip: Vec<String>,
+    /// Cushion cursors of the allocations view, at times of its axis.
+    pub cursors: Vec<f64>,
     /// Flamegraph bars drawn: (name, left, right, depth).
     pub bars: Vec<(String, f32, f32, u32)>,
     /// Row labels drawn: (label, first row, rows).
