@@ -639,6 +639,11 @@ pub struct ViewArgs {
     /// with (the toolbar changes them).
     #[command(flatten)]
     pub correlate: CorrelateArgs,
+    /// With --allocations: open with events A..B selected (Shift+drag
+    /// selects in the window): the side panel analyses the blocks
+    /// allocated in them.
+    #[arg(long, value_name = "A..B", requires = "allocations", value_parser = parse_columns)]
+    pub select: Option<(u64, u64)>,
     /// Measure: script a session (decode, pan, zoom steps), write timings
     /// as JSON here and exit (`cargo bench --bench view` uses it; with
     /// --allocations, of the allocations view).

@@ -26,6 +26,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.bins = args.correlate.bins.map(Into::into);
     options.cursors = args.correlate.cursors.clone();
     options.cursor_strength = args.correlate.cursor_strength;
+    options.selection = args.select;
     options.screenshot =
         args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
     options.bench = args.bench_json;

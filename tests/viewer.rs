@@ -479,6 +479,28 @@ fn allocations_mode_bins_hover_their_own_class_under_a_cursor() {
     assert!(named > 0, "some bin's middle row at the cursor is inside a block");
 }
 
+/// Allocations mode with events selected (`--select`, as a Shift+drag
+/// does): the side panel's totals are those of the blocks allocated in the
+/// selection (`decoder::heap::analyse_window`), not of the whole run.
+#[test]
+fn allocations_mode_selection_rescopes_the_side_panel() {
+    let (trace, model) = heap_mix_allocations("heap-mix-select");
+    let events = model.total.allocations;
+    let (a, b) = (events / 4, events / 2);
+    let shot = shoot(&trace, &["--allocations", "--select", &format!("{a}..{b}")]);
+    assert_eq!(shot.state["selection"], serde_json::json!([a as f64, b as f64]));
+    let symbols = Symbolizer::with_paths(&model.modules, SymbolPaths::default());
+    let axis = decoder::heap_raster::TimeAxis::new(&model.allocations, events, decoder::heap_raster::Clock::Events);
+    let w = decoder::heap::analyse_window(&model.allocations, events, &symbols, &axis, (a as f64, b as f64));
+    let whole = decoder::heap::analyse(&model, &symbols);
+    assert!(w.blocks < whole.blocks && w.blocks > 0, "{} of {}", w.blocks, whole.blocks);
+    let stats: Vec<&str> = shot.state["stats"].as_array().expect("stats").iter().filter_map(|l| l.as_str()).collect();
+    assert_eq!(stats.first().copied(), Some(format!("blocks: {} ({} bytes)", w.blocks, w.bytes).as_str()), "{stats:?}");
+    assert!(stats.contains(&format!("freed: {}", w.frees).as_str()), "{stats:?}");
+    let at_end = format!("at end: {} bytes in {} blocks", w.at_end.bytes, w.at_end.blocks);
+    assert!(stats.contains(&at_end.as_str()), "{stats:?}");
+}
+
 /// Four threads traced at once: the viewer shows the thread asked for
 /// (`--thread`), says so, and its columns are that thread's reads.
 #[test]

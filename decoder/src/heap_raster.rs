@@ -394,8 +394,10 @@ pub fn render_heap(
         }
     }
     let occupancy_top = main_h + OCCUPANCY_GAP;
-    for (x, level) in occupancy(&heap, &axis, &window).into_iter().enumerate() {
-        let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level];
+    let mut cushions = ActivityCushions::new(w, view.cushion, view.alpha);
+    for (x, level) in occupancy(&heap, &axis, &window, &mut cushions).into_iter().enumerate() {
+        let shade = cushions.shade(x);
+        let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level].map(|c| c * shade);
         let bar = (level * f64::from(OCCUPANCY_PX)).ceil() as u32;
         for y in 0..OCCUPANCY_PX {
             let c = if OCCUPANCY_PX - y <= bar.max(1) { colour } else { [0.12, 0.12, 0.15] };
@@ -437,9 +439,61 @@ fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
         .collect()
 }
 
+/// The occupancy bar's activity cushions (the paper's figure 5 d, e):
+/// every interval between two consecutive events of the blocks drawn gets
+/// a cushion across its width, and a column averages the cushions over it,
+/// weighted as blocks are ([`crate::raster::Coverage`]'s `f^alpha`). Busy
+/// columns hold many sub-pixel intervals and average out flat; a quiet
+/// period wider than a few pixels shows its cushion's shape, so bursts
+/// stand apart from lulls. Columns with no interval stay flat (1).
+struct ActivityCushions {
+    cushion: Cushion,
+    alpha: f64,
+    weight: Vec<f64>,
+    shaded: Vec<f64>,
+}
+
+impl ActivityCushions {
+    fn new(width: u32, cushion: Cushion, alpha: f64) -> Self {
+        let columns = if cushion == Cushion::None { 0 } else { width as usize };
+        ActivityCushions { cushion, alpha, weight: vec![0.0; columns], shaded: vec![0.0; columns] }
+    }
+
+    /// Adds the interval between events at pixel columns `a` < `b`.
+    fn add(&mut self, a: f64, b: f64) {
+        let width = self.weight.len();
+        if b <= 0.0 || a >= width as f64 {
+            return;
+        }
+        for px in (a.max(0.0).floor() as usize)..(b.ceil() as usize).min(width) {
+            let (lo, hi) = (a.max(px as f64), b.min(px as f64 + 1.0));
+            if hi <= lo {
+                continue;
+            }
+            let w = if self.alpha == 1.0 { hi - lo } else { (hi - lo).powf(self.alpha) };
+            self.weight[px] += w;
+            self.shaded[px] += w * self.cushion.shade(((lo + hi) / 2.0 - a) / (b - a));
+        }
+    }
+
+    /// The brightness of column `x`.
+    fn shade(&self, x: usize) -> f64 {
+        match (self.weight.get(x), self.shaded.get(x)) {
+            (Some(&w), Some(&s)) if w > 0.0 => s / w,
+            _ => 1.0,
+        }
+    }
+}
+
 /// Per pixel column, the highest live bytes in its events over the peak of
-/// the whole run, over `window`.
-fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: &TimeWindow) -> Vec<f64> {
+/// the whole run, over `window`; the intervals between events go to
+/// `cushions` on the way.
+fn occupancy(
+    heap: &[&AllocationRecord],
+    axis: &TimeAxis,
+    window: &TimeWindow,
+    cushions: &mut ActivityCushions,
+) -> Vec<f64> {
     let width = window.width;
     // Allocations and frees sorted apart and merged, allocations first at
     // equal times: the allocations come nearly in order already (a sort
@@ -460,10 +514,15 @@ fn occupancy(heap: &[&AllocationRecord], axis: &TimeAxis, window: &TimeWindow) -
     });
     let mut column_max = vec![-1i64; width as usize];
     let (mut live, mut peak, mut before) = (0i64, 1i64, 0i64);
+    let mut previous: Option<f64> = None;
     for (e, d) in delta {
         live += d;
         peak = peak.max(live);
         let x = window.x(e);
+        if let Some(p) = previous.filter(|&p| p < x) {
+            cushions.add(p, x);
+        }
+        previous = Some(x);
         if x < 0.0 {
             before = live;
         } else if x < f64::from(width) {
@@ -603,6 +662,32 @@ mod tests {
         assert!(
             axis.block_at(&records, 0x1900, 8_100.0).is_some() && axis.block_at(&records, 0x1900, 8_099.0).is_none()
         );
+    }
+
+    /// A quiet period on the wall clock (nothing between 3% and 97% of the
+    /// run) gets a cushion in the occupancy bar: brightest in its middle,
+    /// darker towards its edges; the busy columns and a flat bar do not.
+    #[test]
+    fn quiet_periods_get_a_cushion_in_the_occupancy_bar() {
+        let mut records = Vec::new();
+        for (i, t) in [0u64, 1, 2, 97, 98, 99, 100].into_iter().enumerate() {
+            let mut r = block(0x1000 + 0x40 * i as u64, 0x40, i as u64, None);
+            r.alloc_ns = Some(t * 1000);
+            records.push(r);
+        }
+        let bar_row = |cushion: Cushion| {
+            let v = HeapView { clock: Clock::Wall, cushion, ..view(1.0) };
+            let p = render_heap(&records, 7, &v, &|_| String::new());
+            let y = p.occupancy_top + OCCUPANCY_PX - 1;
+            (0..100).map(|x| p.image.pixel(x, y)).collect::<Vec<_>>()
+        };
+        let luma = |p: [u8; 4]| u32::from(p[0]) + u32::from(p[1]) + u32::from(p[2]);
+        let shaded = bar_row(Cushion::Parabolic);
+        let (middle, edge) = (luma(shaded[50]), luma(shaded[5]));
+        assert!(middle > edge + 60, "middle {middle} edge {edge}");
+        let flat = bar_row(Cushion::None);
+        assert_eq!(flat[5], flat[50], "no cushion: one colour at one level");
+        assert_eq!(luma(shaded[50]), luma(flat[50]), "the cushion's top is the bar's own colour");
     }
 
     #[test]

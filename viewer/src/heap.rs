@@ -90,6 +90,12 @@ pub struct HeapMode {
     cursors: Vec<f64>,
     /// Their opacity at the centre.
     cursor_strength: f64,
+    /// A part of the time axis selected (Shift+drag): the side panel
+    /// analyses the blocks allocated in it.
+    selection: Option<(f64, f64)>,
+    /// Where a Shift+drag selecting began.
+    selecting_from: Option<f64>,
+    window_analysis: Job<(u32, Clock, (f64, f64)), Arc<HeapReport>>,
 }
 
 /// Heap pictures (one, or one per size class) and their pixels as an
@@ -165,6 +171,9 @@ impl Plugin for HeapPlugin {
             bins: o.bins,
             cursors: o.cursors.clone(),
             cursor_strength: o.cursor_strength,
+            selection: o.selection.map(|(a, b)| (a as f64, b as f64)),
+            selecting_from: None,
+            window_analysis: Job::default(),
         })
         .init_resource::<UiReport>()
         .init_resource::<Activity>()
@@ -195,6 +204,7 @@ fn heap_ui(
     m.picture.poll();
     m.context.poll();
     m.analysis.poll();
+    m.window_analysis.poll();
     *report = UiReport { loaded: m.session.loaded.is_some(), ..UiReport::default() };
     let loaded = m.session.loaded.clone();
     if let Some(l) = &loaded {
@@ -215,7 +225,7 @@ fn heap_ui(
         report.status = text;
     });
     egui::Panel::right("side").resizable(true).default_size(360.0).show(&mut root, |ui| {
-        egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = side_panel(ui, m));
+        egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = side_panel(ui, m, &mut report));
     });
     egui::CentralPanel::default().show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
     // The analysis for the side panel once the first picture is there: the
@@ -225,12 +235,23 @@ fn heap_ui(
         let (model, symbols) = (l.model.clone(), l.symbols.clone());
         m.analysis.want(l.generation, move |_| Some(Arc::new(decoder::heap::analyse(&model, &symbols))));
     }
+    if let (Some(l), Some(selection), Some(axis)) = (loaded.as_ref(), m.selection, m.axis) {
+        let (model, symbols) = (l.model.clone(), l.symbols.clone());
+        m.window_analysis.want((l.generation, axis.clock, selection), move |_| {
+            let (records, events) = (&model.allocations, model.total.allocations);
+            Some(Arc::new(decoder::heap::analyse_window(records, events, &symbols, &axis, selection)))
+        });
+    }
     if let Some(e) = &m.session.error {
         report.error = Some(format!("the trace could not be decoded: {e}"));
     }
     let hover_ready = m.forced_hover.is_none() || !report.tooltip.is_empty();
     report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
-    activity.0 = m.session.loading.is_some() || m.picture.busy() || m.context.busy() || m.analysis.busy();
+    activity.0 = m.session.loading.is_some()
+        || m.picture.busy()
+        || m.context.busy()
+        || m.analysis.busy()
+        || m.window_analysis.busy();
     report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
 }
@@ -359,12 +380,39 @@ fn context_strip(
 }
 
 /// The `report --allocations` numbers; true once they are shown.
-fn side_panel(ui: &mut egui::Ui, m: &HeapMode) -> bool {
-    let Some((_, h)) = m.analysis.latest() else {
-        ui.spinner();
-        return false;
+fn side_panel(ui: &mut egui::Ui, m: &mut HeapMode, report: &mut UiReport) -> bool {
+    report.selection = m.selection;
+    let h = match m.selection {
+        Some((a, b)) => {
+            let unit = |t: f64| match m.axis.map(|a| a.clock) {
+                Some(Clock::Wall) => format!("{:.6} s", t / 1e9),
+                _ => format!("event {t:.0}"),
+            };
+            ui.heading("Selection");
+            ui.label(format!("blocks allocated from {} to {}", unit(a), unit(b)));
+            if ui.button("whole run (Esc)").clicked() || ui.input(|i| i.key_pressed(egui::Key::Escape)) {
+                m.selection = None;
+            }
+            let key = m.window_analysis.latest().map(|(k, _)| k.2);
+            match m.window_analysis.latest().filter(|_| key == m.selection) {
+                Some((_, h)) => h.clone(),
+                None => {
+                    ui.spinner();
+                    return false;
+                }
+            }
+        }
+        None => {
+            let Some((_, h)) = m.analysis.latest() else {
+                ui.spinner();
+                return false;
+            };
+            ui.heading("Heap");
+            h.clone()
+        }
     };
-    ui.heading("Heap");
+    let h = &*h;
+    report.stats = Vec::new();
     egui::Grid::new("heap-totals").striped(true).show(ui, |ui| {
         for (k, v) in [
             ("blocks", format!("{} ({} bytes)", h.blocks, h.bytes)),
@@ -375,6 +423,7 @@ fn side_panel(ui: &mut egui::Ui, m: &HeapMode) -> bool {
             ("waste", format!("{} bytes over {} blocks", h.waste, h.usable_known)),
             ("mappings", format!("{} ({} bytes)", h.mappings, h.mapped_bytes)),
         ] {
+            report.stats.push(format!("{k}: {v}"));
             ui.label(k);
             ui.label(v);
             ui.end_row();
@@ -526,6 +575,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             }
         }
     }
+    cushion_profile(&painter, rect, m.cushion);
     context_strip(ui, &painter, strip, m, report);
     report.bitmap = crate::paint::rect4(rect, ppp);
     report.columns = m.view.columns;
@@ -535,8 +585,38 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     // Ctrl+wheel zooms addresses, Shift+wheel scrolls them.
     let response = ui.interact(rect, ui.id().with("heap"), egui::Sense::click_and_drag());
     let pointer = ctx.pointer_hover_pos().filter(|_| !m.ignore_pointer);
-    for command in crate::paint::navigate(ui, &response, egui::Rect::NOTHING, rect, pointer) {
-        crate::view::apply(&mut m.view, command);
+    // Shift+drag selects a part of the time axis for the side panel;
+    // any other drag pans.
+    let t_at = |view: &crate::view::Viewport, x: f32| view.column_at(f64::from((x - rect.left()) / rect.width()));
+    if response.drag_started() && ui.input(|i| i.modifiers.shift) {
+        m.selecting_from = ui.input(|i| i.pointer.press_origin()).map(|p| t_at(&m.view, p.x));
+    }
+    match (m.selecting_from, response.interact_pointer_pos()) {
+        (Some(from), Some(p)) if response.dragged() => {
+            let to = t_at(&m.view, p.x);
+            m.selection = Some((from.min(to).max(0.0), from.max(to).min(m.view.total_columns)));
+        }
+        _ => {
+            for command in crate::paint::navigate(ui, &response, egui::Rect::NOTHING, rect, pointer) {
+                crate::view::apply(&mut m.view, command);
+            }
+        }
+    }
+    if response.drag_stopped() {
+        m.selecting_from = None;
+    }
+    if let Some((a, b)) = m.selection {
+        let x = |t: f64| rect.left() + ((t - m.view.columns.0) / m.view.width()) as f32 * rect.width();
+        let band = egui::Rect::from_x_y_ranges(x(a).max(rect.left())..=x(b).min(rect.right()), rect.y_range());
+        if band.width() > 0.0 {
+            painter.rect_filled(band, 0.0, egui::Color32::from_rgba_unmultiplied(90, 140, 255, 36));
+            painter.rect_stroke(
+                band,
+                0.0,
+                egui::Stroke::new(1.0, egui::Color32::from_rgb(120, 160, 255)),
+                egui::StrokeKind::Inside,
+            );
+        }
     }
     if ctx.input(|i| i.key_pressed(egui::Key::Num0)) && !ctx.egui_wants_keyboard_input() {
         m.view.reset();
@@ -604,6 +684,33 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     );
     crate::paint::tooltip(ctx, p, &lines);
     report.tooltip = lines;
+}
+
+/// The cushion's profile in the bottom right corner of the view (above
+/// the occupancy bar): the brightness across a block's height, drawn from
+/// [`Cushion::shade`], so the shading reads as shading, not as data.
+fn cushion_profile(painter: &egui::Painter, rect: egui::Rect, cushion: Cushion) {
+    let size = egui::vec2(64.0, 44.0);
+    let min = egui::pos2(rect.right() - size.x - 6.0, rect.bottom() - size.y - 34.0);
+    let frame = egui::Rect::from_min_size(min, size);
+    painter.rect_filled(frame, 3.0, egui::Color32::from_black_alpha(170));
+    // Under the label: brightness 0 at the bottom, 1 at the top.
+    let inner = egui::Rect::from_min_max(frame.min + egui::vec2(5.0, 15.0), frame.max - egui::vec2(5.0, 4.0));
+    let points: Vec<egui::Pos2> = (0..=32)
+        .map(|i| {
+            let t = f64::from(i) / 32.0;
+            let y = inner.bottom() - (cushion.shade(t) as f32) * inner.height();
+            egui::pos2(inner.left() + t as f32 * inner.width(), y)
+        })
+        .collect();
+    painter.add(egui::Shape::line(points, egui::Stroke::new(1.5, egui::Color32::from_rgb(240, 220, 160))));
+    painter.text(
+        frame.left_top() + egui::vec2(4.0, 2.0),
+        egui::Align2::LEFT_TOP,
+        "cushion",
+        egui::FontId::proportional(9.0),
+        egui::Color32::from_gray(200),
+    );
 }
 
 /// The time at pixel column `x` of a picture.

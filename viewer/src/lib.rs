@@ -117,6 +117,8 @@ pub struct ViewerOptions {
     pub cursors: Vec<f64>,
     /// Allocations mode: their opacity.
     pub cursor_strength: f64,
+    /// Allocations mode: a part of the time axis selected at first.
+    pub selection: Option<(u64, u64)>,
 }
 
 impl ViewerOptions {
@@ -136,6 +138,7 @@ impl ViewerOptions {
             bins: None,
             cursors: Vec::new(),
             cursor_strength: 0.6,
+            selection: None,
         }
     }
 }

@@ -147,6 +147,10 @@ pub struct UiReport {
     pub tooltip: Vec<String>,
     /// Cushion cursors of the allocations view, at times of its axis.
     pub cursors: Vec<f64>,
+    /// The allocations view's selected part of its time axis.
+    pub selection: Option<(f64, f64)>,
+    /// The allocations view's side panel totals, `name: value`.
+    pub stats: Vec<String>,
     /// Flamegraph bars drawn: (name, left, right, depth).
     pub bars: Vec<(String, f32, f32, u32)>,
     /// Row labels drawn: (label, first row, rows).
