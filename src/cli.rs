@@ -623,6 +623,10 @@ pub struct ViewArgs {
     /// mode: the deepest frame of A at COLUMN).
     #[arg(long, value_name = "COLUMN[,ROW]", requires = "screenshot", value_parser = parse_hover)]
     pub hover: Option<(u64, Option<usize>)>,
+    /// With --allocations --hover: open the source of the hovered block's
+    /// allocating line, as a Ctrl+click does.
+    #[arg(long, requires_all = ["hover", "allocations"])]
+    pub open_source: bool,
     /// Window size.
     #[arg(long, value_name = "WxH", default_value = "1600x900", value_parser = parse_size)]
     pub size: (u32, u32),

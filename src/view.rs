@@ -27,8 +27,12 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.cursors = args.correlate.cursors.clone();
     options.cursor_strength = args.correlate.cursor_strength;
     options.selection = args.select;
-    options.screenshot =
-        args.screenshot.map(|path| viewer::ScreenshotRequest { path, state: args.state, hover: args.hover });
+    options.screenshot = args.screenshot.map(|path| viewer::ScreenshotRequest {
+        path,
+        state: args.state,
+        hover: args.hover,
+        open_source: args.open_source,
+    });
     options.bench = args.bench_json;
     options.compare = args.compare;
     options.allocations = args.allocations;
@@ -166,7 +170,8 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
         eprintln!("linetrace: no display: drawing the viewer offscreen to {}", path.display());
     }
     let mut options = viewer::ViewerOptions::new(trace);
-    options.screenshot = Some(viewer::ScreenshotRequest { path, state: None, hover: Some((100, Some(25))) });
+    options.screenshot =
+        Some(viewer::ScreenshotRequest { path, state: None, hover: Some((100, Some(25))), open_source: false });
     options.size = (1400, 800);
     run_viewer(options)?;
     Ok(ExitCode::SUCCESS)

@@ -501,6 +501,31 @@ fn allocations_mode_selection_rescopes_the_side_panel() {
     assert!(stats.contains(&at_end.as_str()), "{stats:?}");
 }
 
+/// Allocations mode, Ctrl+click on a block (`--open-source`): the source
+/// view shows heap_mix.c, readable, at a line some block was allocated
+/// from, with the blocks allocated there in its gutter.
+#[test]
+fn allocations_mode_opens_the_source_of_a_block() {
+    let (trace, model) = heap_mix_allocations("heap-mix-source");
+    let symbols = Symbolizer::with_paths(&model.modules, SymbolPaths::default());
+    let peak = decoder::heap::analyse(&model, &symbols).peak;
+    let lines: std::collections::BTreeSet<(String, u32)> = model
+        .allocations
+        .iter()
+        .filter_map(|r| {
+            let at = symbols.locate(r.callsite);
+            Some((at.file.clone()?, at.line?))
+        })
+        .collect();
+    // A row inside the densest part of the heap at its peak.
+    let shot = shoot(&trace, &["--allocations", "--hover", &format!("{},200", peak.event), "--open-source"]);
+    let source = shot.state["source"].as_array().expect("a source view");
+    let (file, line) = (source[0].as_str().expect("file"), source[1].as_u64().expect("line") as u32);
+    assert!(file.ends_with("examples/c/heap_mix.c"), "{file}");
+    assert_eq!(source[2], true, "readable");
+    assert!(lines.contains(&(file.to_string(), line)), "{file}:{line} allocates nothing; allocating lines: {lines:?}");
+}
+
 /// Four threads traced at once: the viewer shows the thread asked for
 /// (`--thread`), says so, and its columns are that thread's reads.
 #[test]

@@ -18,6 +18,10 @@
 //!   side by side; a click drops a cushion cursor at that time across all
 //!   of them, a right click removes the nearest, a slider sets their
 //!   opacity.
+//! - Shift+drag selects a stretch of the run: the side panel analyses the
+//!   blocks allocated in it (Esc: the whole run again).
+//! - Ctrl+click on a block opens the source at its allocating line, the
+//!   blocks and bytes allocated by each line in the gutter.
 
 use std::sync::Arc;
 
@@ -32,6 +36,7 @@ use crate::jobs::Job;
 use crate::session::{Loaded, Session};
 use crate::ui::{Activity, UiReport};
 use crate::view::{ViewCommand, Viewport};
+use crate::work::SourceText;
 
 /// Units of the address axis in the [`Viewport`]'s rows: a row range
 /// `[a, b)` shows fractions `a / ROWS .. b / ROWS` of the layout, and the
@@ -96,6 +101,11 @@ pub struct HeapMode {
     /// Where a Shift+drag selecting began.
     selecting_from: Option<f64>,
     window_analysis: Job<(u32, Clock, (f64, f64)), Arc<HeapReport>>,
+    /// The source file and line shown (Ctrl+click on a block).
+    source: Option<(String, u32)>,
+    source_text: Job<(u32, String, u32), Arc<SourceText>>,
+    /// Screenshots: open the hovered block's source.
+    open_hovered_source: bool,
 }
 
 /// Heap pictures (one, or one per size class) and their pixels as an
@@ -174,6 +184,9 @@ impl Plugin for HeapPlugin {
             selection: o.selection.map(|(a, b)| (a as f64, b as f64)),
             selecting_from: None,
             window_analysis: Job::default(),
+            source: None,
+            source_text: Job::default(),
+            open_hovered_source: o.screenshot.as_ref().is_some_and(|s| s.open_source),
         })
         .init_resource::<UiReport>()
         .init_resource::<Activity>()
@@ -205,6 +218,7 @@ fn heap_ui(
     m.context.poll();
     m.analysis.poll();
     m.window_analysis.poll();
+    m.source_text.poll();
     *report = UiReport { loaded: m.session.loaded.is_some(), ..UiReport::default() };
     let loaded = m.session.loaded.clone();
     if let Some(l) = &loaded {
@@ -227,6 +241,26 @@ fn heap_ui(
     egui::Panel::right("side").resizable(true).default_size(360.0).show(&mut root, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = side_panel(ui, m, &mut report));
     });
+    if let (Some((file, line)), Some(l)) = (m.source.clone(), loaded.as_ref()) {
+        let (model, symbols) = (l.model.clone(), l.symbols.clone());
+        let wanted = file.clone();
+        m.source_text.want((l.generation, file.clone(), line), move |_| {
+            Some(Arc::new(allocation_source(&model, &symbols, &wanted, line)))
+        });
+        egui::Panel::bottom("source").resizable(true).default_size(220.0).show(&mut root, |ui| {
+            match m.source_text.latest().filter(|(k, _)| k.1 == file && k.2 == line) {
+                Some((_, src)) => {
+                    report.source = Some((src.path.clone(), src.line, src.lines.is_ok()));
+                    if crate::ui::source_text(ui, src) {
+                        m.source = None;
+                    }
+                }
+                None => {
+                    ui.spinner();
+                }
+            }
+        });
+    }
     egui::CentralPanel::default().show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
     // The analysis for the side panel once the first picture is there: the
     // jobs share the cores with the renderer, and the picture is what the
@@ -245,7 +279,8 @@ fn heap_ui(
     if let Some(e) = &m.session.error {
         report.error = Some(format!("the trace could not be decoded: {e}"));
     }
-    let hover_ready = m.forced_hover.is_none() || !report.tooltip.is_empty();
+    let hover_ready =
+        (m.forced_hover.is_none() || !report.tooltip.is_empty()) && (!m.open_hovered_source || report.source.is_some());
     report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
     activity.0 = m.session.loading.is_some()
         || m.picture.busy()
@@ -623,7 +658,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     }
     // A click drops a cushion cursor at its time, a right click removes
     // the nearest within a cursor's reach.
-    if let Some(p) = response.interact_pointer_pos().filter(|_| response.clicked() || response.secondary_clicked()) {
+    let ctrl = ui.input(|i| i.modifiers.command);
+    let clicked = response.clicked() && !ctrl;
+    if let Some(p) = response.interact_pointer_pos().filter(|_| clicked || response.secondary_clicked()) {
         let t = m.view.column_at(f64::from((p.x - rect.left()) / rect.width()));
         let t = match (m.bins, m.picture.latest()) {
             (Some(BinLayout::Address), Some((_, drawn))) => {
@@ -633,7 +670,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             }
             _ => t,
         };
-        if response.clicked() {
+        if clicked {
             m.cursors.push(t);
         } else {
             let reach = m.view.width() / f64::from(rect.width()) * CURSOR_RADIUS_PX / f64::from(ppp);
@@ -673,7 +710,16 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     };
     let lines = match picture.address_at(py - f64::from(cell.top)) {
         Some(address) => match axis.block_of_class_at(&l.model.allocations, picture.class, address, x) {
-            Some(b) => block_lines(b, l, &when),
+            Some(b) => {
+                // Ctrl+click: the block's allocating line in the source view.
+                if (response.clicked() && ctrl) || std::mem::take(&mut m.open_hovered_source) {
+                    let at = l.symbols.locate(b.callsite);
+                    if let (Some(file), Some(line)) = (at.file.clone(), at.line) {
+                        m.source = Some((file, line));
+                    }
+                }
+                block_lines(b, l, &when)
+            }
             None => vec![when.clone(), format!("{address:#x}: free")],
         },
         None => vec![when.clone()],
@@ -711,6 +757,34 @@ fn cushion_profile(painter: &egui::Painter, rect: egui::Rect, cushion: Cushion) 
         egui::FontId::proportional(9.0),
         egui::Color32::from_gray(200),
     );
+}
+
+/// `file` with the blocks and bytes allocated at each of its lines (every
+/// distinct calling instruction located once).
+fn allocation_source(
+    model: &decoder::model::Model,
+    symbols: &decoder::symbols::Symbolizer,
+    file: &str,
+    line: u32,
+) -> SourceText {
+    let mut by_site: std::collections::HashMap<u64, (u64, u64)> = std::collections::HashMap::new();
+    for r in model.allocations.iter().filter(|r| decoder::heap_raster::is_drawn(r)) {
+        let e = by_site.entry(r.callsite).or_default();
+        e.0 += 1;
+        e.1 += r.size;
+    }
+    let mut counts: std::collections::HashMap<u32, (u64, u64)> = std::collections::HashMap::new();
+    for (pc, (blocks, bytes)) in by_site {
+        let at = symbols.locate(pc);
+        if let (Some(f), Some(n)) = (at.file.as_deref(), at.line) {
+            if f == file {
+                let e = counts.entry(n).or_default();
+                e.0 += blocks;
+                e.1 += bytes;
+            }
+        }
+    }
+    SourceText::read(file, line, counts, "blocks, bytes allocated by line")
 }
 
 /// The time at pixel column `x` of a picture.

@@ -86,6 +86,9 @@ pub struct ScreenshotRequest {
     pub state: Option<PathBuf>,
     /// A point to hover: (column, row).
     pub hover: Option<(u64, Option<usize>)>,
+    /// Allocations mode: open the source of the hovered block, as a
+    /// Ctrl+click does.
+    pub open_source: bool,
 }
 
 /// How to open the viewer.

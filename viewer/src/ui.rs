@@ -151,6 +151,9 @@ pub struct UiReport {
     pub selection: Option<(f64, f64)>,
     /// The allocations view's side panel totals, `name: value`.
     pub stats: Vec<String>,
+    /// The source file and line shown (allocations view), and whether it
+    /// could be read.
+    pub source: Option<(String, u32, bool)>,
     /// Flamegraph bars drawn: (name, left, right, depth).
     pub bars: Vec<(String, f32, f32, u32)>,
     /// Row labels drawn: (label, first row, rows).
@@ -660,11 +663,21 @@ fn source_view(ui: &mut egui::Ui, state: &mut UiState, work: &Work) {
         ui.spinner();
         return;
     };
+    if source_text(ui, src) {
+        state.source = None;
+    }
+}
+
+/// A source file with its per-line counts in a gutter (reads and writes,
+/// or blocks and bytes allocated), scrolled to and highlighting its line;
+/// true when "close" was clicked. Shared by the access and allocations
+/// views.
+pub fn source_text(ui: &mut egui::Ui, src: &crate::work::SourceText) -> bool {
+    let mut close = false;
     ui.horizontal(|ui| {
         ui.strong(&src.path);
-        if ui.button("close").clicked() {
-            state.source = None;
-        }
+        ui.label(src.gutter);
+        close = ui.button("close").clicked();
     });
     match &src.lines {
         Err(e) => {
@@ -689,6 +702,7 @@ fn source_view(ui: &mut egui::Ui, state: &mut UiState, work: &Work) {
             });
         }
     }
+    close
 }
 
 fn help(ctx: &egui::Context, state: &mut UiState) {

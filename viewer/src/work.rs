@@ -91,10 +91,24 @@ pub struct SourceText {
     pub path: String,
     /// Its lines, or why there are none.
     pub lines: Result<Vec<String>, String>,
-    /// Reads and writes by line number.
+    /// Two counts by line number (reads and writes; blocks and bytes).
     pub counts: HashMap<u32, (u64, u64)>,
+    /// What the two counts are, for the gutter's heading.
+    pub gutter: &'static str,
     /// The line to show.
     pub line: u32,
+}
+
+impl SourceText {
+    /// Reads `file` (as the debug info names it) to show `line`, with
+    /// `counts` in the gutter.
+    pub fn read(file: &str, line: u32, counts: HashMap<u32, (u64, u64)>, gutter: &'static str) -> SourceText {
+        let lines = match std::fs::read_to_string(file) {
+            Ok(text) => Ok(text.lines().map(str::to_string).collect()),
+            Err(e) => Err(format!("cannot read {file}: {e} (looked at the path the debug info records)")),
+        };
+        SourceText { path: file.to_string(), lines, counts, gutter, line }
+    }
 }
 
 /// Every background job of the viewer.
@@ -319,11 +333,7 @@ fn load_source(model: &Model, symbols: &Symbolizer, file: &str, line: u32) -> So
             }
         }
     }
-    let lines = match std::fs::read_to_string(file) {
-        Ok(text) => Ok(text.lines().map(str::to_string).collect()),
-        Err(e) => Err(format!("cannot read {file}: {e} (looked at the path the debug info records)")),
-    };
-    SourceText { path: file.to_string(), lines, counts, line }
+    SourceText::read(file, line, counts, "reads, writes by line")
 }
 
 /// Function names by entry address, found in the background.
