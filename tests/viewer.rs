@@ -526,6 +526,49 @@ fn allocations_mode_opens_the_source_of_a_block() {
     assert!(lines.contains(&(file.to_string(), line)), "{file}:{line} allocates nothing; allocating lines: {lines:?}");
 }
 
+/// The allocations view a block links to from the access view (key L,
+/// `viewer::linked`): opened with those arguments, it shows the block's
+/// addresses and has cushion cursors at its allocation and its free.
+#[test]
+fn a_linked_allocations_view_frames_the_block() {
+    let (trace, model) = heap_mix_allocations("heap-mix-linked");
+    let b = model
+        .allocations
+        .iter()
+        .filter(|r| decoder::heap::is_heap_block(r) && r.free_event.is_some())
+        .nth(500)
+        .expect("a freed block");
+    let block = viewer::linked::LinkedBlock {
+        address: b.address,
+        size: b.size,
+        events: (b.alloc_event, b.free_event),
+        columns: (b.alloc_column, b.free_column),
+    };
+    let paths = SymbolPaths { module_dirs: vec![fixture("")], ..SymbolPaths::default() };
+    let args = viewer::linked::allocations_view_args(&trace, &paths, &block);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (png, json) = (dir.join("linked.png"), dir.join("linked.json"));
+    let out = linetrace()
+        .args(&args)
+        .args(["--size", "1400x800", "--screenshot"])
+        .arg(&png)
+        .arg("--state")
+        .arg(&json)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("linetrace view runs");
+    assert!(out.status.success(), "{:?}: {}", args, String::from_utf8_lossy(&out.stderr));
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("state")).expect("JSON");
+    let free = b.free_event.expect("freed") as f64;
+    assert_eq!(state["cursors"], serde_json::json!([b.alloc_event as f64, free]));
+    let shown = state["addresses"].as_array().expect("addresses in view");
+    let (lo, hi) = (shown[0].as_u64().expect("lo"), shown[1].as_u64().expect("hi"));
+    assert!(lo <= b.address && b.end() <= hi, "{lo:#x}..{hi:#x} misses {:#x}..{:#x}", b.address, b.end());
+    assert!(hi - lo < 64 * b.size.max(64), "zoomed onto it: {lo:#x}..{hi:#x} for {} bytes", b.size);
+}
+
 /// Four threads traced at once: the viewer shows the thread asked for
 /// (`--thread`), says so, and its columns are that thread's reads.
 #[test]

@@ -104,6 +104,10 @@ pub struct AllocationInfo {
     pub alloc_column: u64,
     /// Column it was freed at, if it was.
     pub free_column: Option<u64>,
+    /// Allocation event that created it (the allocations view's x).
+    pub alloc_event: u64,
+    /// Allocation event that freed it, if one did.
+    pub free_event: Option<u64>,
     /// Reads that fell into it over the whole trace.
     pub reads: u64,
     /// Writes that fell into it.
@@ -262,6 +266,8 @@ fn allocation_info(symbols: &Symbolizer, r: &AllocationRecord) -> AllocationInfo
             allocated_by: format!("{} {}", l.function, l.file_line()),
             alloc_column: r.alloc_column,
             free_column: r.free_column,
+            alloc_event: r.alloc_event,
+            free_event: r.free_event,
             reads: r.reads,
             writes: r.writes,
         }

@@ -21,7 +21,8 @@
 //! - Shift+drag selects a stretch of the run: the side panel analyses the
 //!   blocks allocated in it (Esc: the whole run again).
 //! - Ctrl+click on a block opens the source at its allocating line, the
-//!   blocks and bytes allocated by each line in the gutter.
+//!   blocks and bytes allocated by each line in the gutter; `L` opens it in
+//!   the access view ([`crate::linked`]).
 
 use std::sync::Arc;
 
@@ -106,6 +107,8 @@ pub struct HeapMode {
     source_text: Job<(u32, String, u32), Arc<SourceText>>,
     /// Screenshots: open the hovered block's source.
     open_hovered_source: bool,
+    /// A message for the status line (a linked view that could not open).
+    notice: Option<String>,
 }
 
 /// Heap pictures (one, or one per size class) and their pixels as an
@@ -187,6 +190,7 @@ impl Plugin for HeapPlugin {
             source: None,
             source_text: Job::default(),
             open_hovered_source: o.screenshot.as_ref().is_some_and(|s| s.open_source),
+            notice: None,
         })
         .init_resource::<UiReport>()
         .init_resource::<Activity>()
@@ -380,7 +384,8 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
         (None, Some((lo, hi))) if m.view.rows != (0.0, ROWS) => format!("  ·  addresses {lo:#x}..{hi:#x}"),
         _ => String::new(),
     };
-    format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}", l.model.metadata.argv.join(" "))
+    let notice = m.notice.as_ref().map_or(String::new(), |n| format!("  ·  {n}"));
+    format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}{notice}", l.model.metadata.argv.join(" "))
 }
 
 /// The context strip: the whole run and address axis, the view's part
@@ -717,6 +722,21 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                     if let (Some(file), Some(line)) = (at.file.clone(), at.line) {
                         m.source = Some((file, line));
                     }
+                }
+                // L: the block's lifetime in the access view (a window of
+                // its own).
+                if ctx.input(|i| i.key_pressed(egui::Key::L)) && !ctx.egui_wants_keyboard_input() {
+                    let block = crate::linked::LinkedBlock {
+                        address: b.address,
+                        size: b.size,
+                        events: (b.alloc_event, b.free_event),
+                        columns: (b.alloc_column, b.free_column),
+                    };
+                    let paths = &m.session.symbol_paths;
+                    m.notice = match crate::linked::access_view_args(&m.session.path, paths, &block, l.model.columns) {
+                        Some(args) => crate::linked::open(&args).err(),
+                        None => Some("no reads were traced while that block lived: no access view of it".into()),
+                    };
                 }
                 block_lines(b, l, &when)
             }

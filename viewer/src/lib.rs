@@ -26,6 +26,7 @@ pub mod bench;
 pub mod compare;
 pub mod heap;
 pub mod jobs;
+pub mod linked;
 pub mod paint;
 pub mod search;
 pub mod session;

@@ -65,6 +65,8 @@ pub struct Hover {
 /// What the UI remembers between frames.
 #[derive(Resource)]
 pub struct UiState {
+    /// A message for the status line (a linked view that could not open).
+    pub notice: Option<String>,
     /// Width of the bitmap on screen in pixels (last frame).
     pub bitmap_pixels: f32,
     /// Size of the bitmap on screen in pixels (last frame): the picture a
@@ -106,6 +108,7 @@ pub struct UiState {
 impl Default for UiState {
     fn default() -> Self {
         UiState {
+            notice: None,
             highlight: Highlight::Column,
             colour_by: ColourBy::BytesRead,
             alpha: 1.0,
@@ -249,7 +252,10 @@ pub fn ui_system(
         egui::Ui::new(ctx.clone(), "linetrace-root".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
     egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &view, &mut commands, &mut searches));
     egui::Panel::bottom("status").show(&mut root, |ui| {
-        let text = status_text(&session, loaded.as_ref(), &view, &work, state.bitmap_pixels);
+        let mut text = status_text(&session, loaded.as_ref(), &view, &work, state.bitmap_pixels);
+        if let Some(n) = &state.notice {
+            text = format!("{text}  ·  {n}");
+        }
         ui.label(egui::RichText::new(&text).monospace().size(11.0));
         report.status = text;
     });
@@ -719,6 +725,7 @@ fn help(ctx: &egui::Context, state: &mut UiState) {
                 ("drag on the ruler", "select columns: statistics of the range"),
                 ("click", "source of the frame or read under the pointer"),
                 ("X / Y", "highlight: lines the read touched / reads of the line"),
+                ("L", "the block under the pointer in the allocations view (a new window)"),
                 ("Ctrl+F", "find frames; Enter / Shift+Enter cycles"),
                 ("?", "this help"),
             ] {
@@ -932,6 +939,20 @@ fn main_view(
         .and_then(|r| r.as_ref().ok())
         .cloned();
     let inspection = inspection.as_ref();
+    // L: the block under the pointer in the allocations view (a window
+    // of its own).
+    if ctx.input(|i| i.key_pressed(egui::Key::L)) && !ctx.egui_wants_keyboard_input() {
+        if let Some(b) = inspection.and_then(|i| i.allocation.as_ref()) {
+            let block = crate::linked::LinkedBlock {
+                address: b.address,
+                size: b.size,
+                events: (b.alloc_event, b.free_event),
+                columns: (b.alloc_column, b.free_column),
+            };
+            let args = crate::linked::allocations_view_args(&session.path, &session.symbol_paths, &block);
+            state.notice = crate::linked::open(&args).err();
+        }
+    }
     let painter_b = ui.painter_at(bitmap);
     let row_y = |r: f64| bitmap.top() + ((r - view.rows.0) / view.height()) as f32 * bitmap.height();
     let glow = egui::Color32::from_rgba_unmultiplied(255, 240, 80, 90);
