@@ -507,8 +507,8 @@ pub struct CorrelateArgs {
     #[arg(long, value_enum, requires = "allocations", conflicts_with = "addresses")]
     pub bins: Option<BinLayoutArg>,
     /// With --allocations: a cushion cursor (a soft bright band) at this
-    /// point of the time axis, in allocation events (or nanoseconds since
-    /// the first call with --wall-clock), across every bin. Repeatable. In
+    /// point of the time axis, in allocation events (nanoseconds since the
+    /// first call on a wall-clock axis), across every bin. Repeatable. In
     /// the viewer a click drops one, a right click removes the nearest.
     #[arg(long = "cursor", value_name = "T", requires = "allocations")]
     pub cursors: Vec<f64>,
