@@ -125,11 +125,14 @@ fn render_allocations(
     let name = |pc: u64| symbols.locate(pc).function.clone();
     let style = MonoTextStyle::new(&FONT_6X10, Rgb888::WHITE);
     if let Some(layout) = args.correlate.bins {
-        let Some(mut bins) =
-            decoder::heap_bins::render_bins(&model.allocations, model.total.allocations, &view, layout.into(), &name)
-        else {
-            out.abandon();
-            bail!("{} has no heap blocks to draw", args.file.display());
+        let drawn =
+            decoder::heap_bins::render_bins(&model.allocations, model.total.allocations, &view, layout.into(), &name);
+        let mut bins = match drawn {
+            Ok(bins) => bins,
+            Err(e) => {
+                out.abandon();
+                bail!("cannot draw the size-class views of {}: {e}", args.file.display());
+            }
         };
         if let Some(cell) = bins.cells.first() {
             warn_cursors_outside(&args.correlate.cursors, &cell.picture.axis);

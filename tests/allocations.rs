@@ -372,6 +372,15 @@ fn render_draws_size_class_bins_with_cursors() {
         let info = decoder.read_info().expect("png header").info().clone();
         assert_eq!((info.width, info.height), (640, 480));
     }
+    // Four stacked bins in 100 rows would be cut: refused, saying what fits.
+    let out = linetrace()
+        .args(["render", "--allocations", "--force", "--height", "100", "--bins", "time", "-o"])
+        .arg(&png)
+        .arg(&trace)
+        .output()
+        .expect("render runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("too small for") && err.contains("at least"), "{err}");
     for bad in
         [&["--cursor", "5", "--cursor-strength", "1.5"][..], &["--bins", "time", "--addresses", "0x1000..0x2000"]]
     {

@@ -15,7 +15,7 @@
 
 use crate::allocations::AllocationRecord;
 use crate::heap::SizeClass;
-use crate::heap_raster::{HeapPicture, HeapView, in_class, is_drawn, render_heap};
+use crate::heap_raster::{HeapPicture, HeapView, MIN_PICTURE_HEIGHT, in_class, is_drawn, render_heap};
 use crate::raster::{Colour, Image};
 
 /// Half-width of a cushion cursor, in pixels: opacity reaches 0 there.
@@ -25,6 +25,33 @@ const CURSOR_COLOUR: Colour = [1.0, 0.97, 0.85];
 /// Pixels between bins.
 const BIN_GAP: u32 = 3;
 const GAP_COLOUR: Colour = [0.20, 0.20, 0.24];
+
+/// Narrowest bin, in pixels.
+const MIN_BIN_WIDTH: u32 = 16;
+
+/// Why bins cannot be drawn.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BinsError {
+    /// No heap block, so no bin.
+    #[error("there are no heap blocks to draw")]
+    NoBlocks,
+    /// The picture cannot hold every bin at its smallest: drawn anyway,
+    /// bins would be cut off.
+    #[error("{width}x{height} is too small for {bins} size-class views laid out so: at least {min_width}x{min_height}")]
+    TooSmall {
+        /// Asked-for size.
+        width: u32,
+        /// Asked-for size.
+        height: u32,
+        /// Bins with blocks.
+        bins: u32,
+        /// Smallest size that holds them.
+        min_width: u32,
+        /// Smallest size that holds them.
+        min_height: u32,
+    },
+}
 
 /// How the bins are laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,19 +102,26 @@ impl BinPictures {
 
 /// Draws one picture per size class that has blocks in `records` (as
 /// [`render_heap`] does for all of them; `view.class` is ignored), in a
-/// `view.width` x `view.height` grid laid out by `layout`; `None` when no
-/// class has a drawn block.
+/// `view.width` x `view.height` grid laid out by `layout`.
 pub fn render_bins(
     records: &[AllocationRecord],
     events: u64,
     view: &HeapView,
     layout: BinLayout,
     name: &dyn Fn(u64) -> String,
-) -> Option<BinPictures> {
+) -> Result<BinPictures, BinsError> {
     let classes: Vec<SizeClass> =
         SizeClass::ALL.into_iter().filter(|&c| records.iter().any(|r| is_drawn(r) && in_class(r, Some(c)))).collect();
-    let n = u32::try_from(classes.len()).ok().filter(|&n| n > 0)?;
+    let n = u32::try_from(classes.len()).ok().filter(|&n| n > 0).ok_or(BinsError::NoBlocks)?;
     let gaps = BIN_GAP * (n - 1);
+    let (min_width, min_height) = match layout {
+        BinLayout::Time => (MIN_BIN_WIDTH, n * MIN_PICTURE_HEIGHT + gaps),
+        BinLayout::Address => (n * MIN_BIN_WIDTH + gaps, MIN_PICTURE_HEIGHT),
+    };
+    if view.width < min_width || view.height < min_height {
+        let (width, height) = (view.width, view.height);
+        return Err(BinsError::TooSmall { width, height, bins: n, min_width, min_height });
+    }
     let (cell_w, cell_h) = match layout {
         BinLayout::Time => (view.width, view.height.saturating_sub(gaps) / n),
         BinLayout::Address => (view.width.saturating_sub(gaps) / n, view.height),
@@ -104,7 +138,7 @@ pub fn render_bins(
         copy_into(&mut image, &picture.image, left, top);
         cells.push(BinCell { class, left, top, picture });
     }
-    Some(BinPictures { image, cells })
+    Ok(BinPictures { image, cells })
 }
 
 /// Copies `from` into `to` with its top left corner at (`left`, `top`),
@@ -249,6 +283,24 @@ mod tests {
             let top = cell.picture.bands.first().expect("a region").top;
             assert!(top.abs() < 1e-9, "its region starts at the top: {top}");
         }
+    }
+
+    /// Four bins stacked need four smallest pictures and their gaps: a
+    /// picture one row short is refused rather than cut; none without
+    /// blocks.
+    #[test]
+    fn bins_that_do_not_fit_are_refused() {
+        let sizes = [16u64, 500, 4000, 200 << 10];
+        let records: Vec<AllocationRecord> =
+            sizes.iter().enumerate().map(|(i, &s)| block(0x1000 << (4 * i), s, 0, None)).collect();
+        let fits = 4 * MIN_PICTURE_HEIGHT + 3 * BIN_GAP;
+        let draw = |h: u32| {
+            render_bins(&records, 1, &view(100, h), BinLayout::Time, &|_| String::new()).map(|b| b.cells.len())
+        };
+        assert_eq!(draw(fits), Ok(4));
+        assert!(matches!(draw(fits - 1), Err(BinsError::TooSmall { bins: 4, .. })), "{:?}", draw(fits - 1));
+        let none = render_bins(&[], 1, &view(100, 100), BinLayout::Address, &|_| String::new()).map(|b| b.cells.len());
+        assert_eq!(none, Err(BinsError::NoBlocks));
     }
 
     #[test]

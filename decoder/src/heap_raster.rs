@@ -32,6 +32,8 @@ pub const MARKER_PX: f64 = 4.0;
 /// Height of the occupancy bar, and of the space above it.
 pub const OCCUPANCY_PX: u32 = 20;
 const OCCUPANCY_GAP: u32 = 4;
+/// The smallest heap picture: the occupancy bar, its gap and 8 rows.
+pub const MIN_PICTURE_HEIGHT: u32 = OCCUPANCY_PX + OCCUPANCY_GAP + 8;
 const BACKGROUND: Colour = [0.07, 0.07, 0.09];
 const MARKER: Colour = [0.30, 0.30, 0.34];
 
@@ -305,7 +307,7 @@ pub fn render_heap(
     view: &HeapView,
     name: &dyn Fn(u64) -> String,
 ) -> HeapPicture {
-    let (w, h) = (view.width.max(1), view.height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8));
+    let (w, h) = (view.width.max(1), view.height.max(MIN_PICTURE_HEIGHT));
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
     let in_bin = |r: &AllocationRecord| in_class(r, view.class);
     let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r) && in_bin(r)).collect();
@@ -413,7 +415,7 @@ pub fn render_heap(
 /// region holds any of them.
 pub fn address_rows(records: &[AllocationRecord], height: u32, from: u64, to: u64) -> Option<(f64, f64)> {
     let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r)).collect();
-    let main_h = f64::from(height.max(OCCUPANCY_PX + OCCUPANCY_GAP + 8) - OCCUPANCY_PX - OCCUPANCY_GAP);
+    let main_h = f64::from(height.max(MIN_PICTURE_HEIGHT) - OCCUPANCY_PX - OCCUPANCY_GAP);
     let bands = layout(&drawn, main_h);
     let inside: Vec<&RegionBand> = bands.iter().filter(|b| b.start < to && from < b.end).collect();
     let top = inside.first()?.y(from);

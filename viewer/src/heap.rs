@@ -552,7 +552,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     let have_picture = m.texture.is_some();
     for (job, k) in jobs.into_iter().take(if have_picture { 2 } else { 1 }) {
         let (model, symbols) = (l.model.clone(), l.symbols.clone());
-        job.want(k.clone(), move |_| {
+        job.want_fallible(k.clone(), move |_| {
             let view = HeapView {
                 width: k.size.0,
                 height: k.size.1,
@@ -569,7 +569,10 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             let drawn = match k.bins {
                 None => DrawnHeap::single(render_heap(records, events, &view, &name)),
                 Some(layout) => {
-                    let bins = render_bins(records, events, &view, layout, &name)?;
+                    let bins = match render_bins(records, events, &view, layout, &name) {
+                        Ok(bins) => bins,
+                        Err(e) => return Some(Err(e.to_string())),
+                    };
                     let cells = bins
                         .cells
                         .into_iter()
@@ -583,7 +586,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                     DrawnHeap::new(&bins.image, cells)
                 }
             };
-            Some(Arc::new(drawn))
+            Some(Ok(Arc::new(drawn)))
         });
     }
     for (job, texture, name) in
@@ -615,7 +618,16 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             }
         }
     }
-    cushion_profile(&painter, rect, m.cushion);
+    // A picture that cannot be drawn says why (size-class views in a
+    // window too small for them) instead of leaving the old one up.
+    if let Some((_, why)) = m.picture.failure().filter(|(k, _)| *k == key) {
+        painter.rect_filled(rect, 0.0, egui::Color32::from_rgb(18, 18, 23));
+        crate::paint::centred_message(&painter, rect, why, 14.0);
+        // Final for this view: what there is to show is shown.
+        (report.sharp, report.picture) = (true, true);
+    } else {
+        cushion_profile(&painter, rect, m.cushion);
+    }
     context_strip(ui, &painter, strip, m, report);
     report.bitmap = crate::paint::rect4(rect, ppp);
     report.columns = m.view.columns;

@@ -50,13 +50,12 @@ pub fn column_at(view: &Viewport, x: f32, rect: egui::Rect) -> f64 {
 
 /// Text in the middle of `rect` (no trace yet, nothing to draw).
 pub fn centred_message(painter: &egui::Painter, rect: egui::Rect, text: impl ToString, size: f32) {
-    painter.text(
-        rect.center(),
-        egui::Align2::CENTER_CENTER,
-        text.to_string(),
-        egui::FontId::proportional(size),
-        egui::Color32::LIGHT_GRAY,
-    );
+    // Wrapped to the rectangle: a long message in a small view stays
+    // readable instead of running off both sides.
+    let wrap = (rect.width() - 16.0).max(40.0);
+    let galley = painter.layout(text.to_string(), egui::FontId::proportional(size), egui::Color32::LIGHT_GRAY, wrap);
+    let at = rect.center() - galley.size() / 2.0;
+    painter.galley(at, galley, egui::Color32::LIGHT_GRAY);
 }
 
 /// The flamegraph's and the bitmap's rectangles beneath `ruler`, down to
