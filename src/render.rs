@@ -141,7 +141,12 @@ fn render_allocations(
         let labels: Vec<(Point, String)> = bins
             .cells
             .iter()
-            .map(|c| (Point::new(c.left as i32 + 3, c.top as i32 + 1), c.class.name().to_string()))
+            .map(|c| {
+                (
+                    Point::new(c.left as i32 + 3, c.top as i32 + 1),
+                    c.class().map_or("all sizes", |k| k.name()).to_string(),
+                )
+            })
             .collect();
         let mut canvas = Canvas(&mut bins.image);
         for (at, text) in labels {
@@ -160,10 +165,10 @@ fn render_allocations(
     }
     let mut picture = decoder::heap_raster::render_heap(&model.allocations, model.total.allocations, &view, &name);
     warn_cursors_outside(&args.correlate.cursors, &picture.axis);
-    let xs: Vec<f64> = args.correlate.cursors.iter().map(|&t| picture.window.x(t)).collect();
-    let whole =
-        decoder::heap_bins::PixelRect { left: 0, top: 0, right: picture.image.width, bottom: picture.image.height };
-    decoder::heap_bins::draw_cursors(&mut picture.image, whole, &xs, args.correlate.cursor_strength);
+    let (w, h) = (picture.image.width, picture.image.height);
+    let whole = decoder::heap_bins::PixelRect { left: 0, top: 0, right: w, bottom: h };
+    let (cursors, strength) = (&args.correlate.cursors, args.correlate.cursor_strength);
+    decoder::heap_bins::draw_window_cursors(&mut picture.image, whole, &picture.window, cursors, strength);
     // Each region's first address in view, where there is room for it (a
     // band cut by the top of the picture: the address at its top row).
     let rows = f64::from(picture.occupancy_top);

@@ -362,6 +362,24 @@ fn render_draws_size_class_bins_with_cursors() {
             .output()
             .expect("render runs")
     };
+    // One picture of all blocks: the cursor at event 100 brightens column
+    // 100 / events * 640 against the same picture without it.
+    let events = heap_report(&trace)["events"].as_u64().expect("events");
+    let pixels = |extra: &[&str]| {
+        assert!(render(extra).status.success());
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).expect("png")));
+        let mut reader = decoder.read_info().expect("png header");
+        let mut buf = vec![0; reader.output_buffer_size().expect("size")];
+        reader.next_frame(&mut buf).expect("png data");
+        buf
+    };
+    let (plain, with) = (pixels(&[]), pixels(&["--cursor", "100"]));
+    let x = (100.0 / events as f64 * 640.0) as usize;
+    let channels = plain.len() / (640 * 480);
+    // Red channel, rows 100..300: on average 40 levels brighter.
+    let brighter: i64 =
+        (100..300).map(|y| (y * 640 + x) * channels).map(|i| i64::from(with[i]) - i64::from(plain[i])).sum();
+    assert!(brighter > 200 * 40, "the cursor's column is brighter: {brighter}");
     for layout in ["time", "address"] {
         let out = render(&["--bins", layout, "--cursor", "100", "--cursor", "1e12"]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -15,7 +15,7 @@
 
 use crate::allocations::AllocationRecord;
 use crate::heap::SizeClass;
-use crate::heap_raster::{HeapPicture, HeapView, MIN_PICTURE_HEIGHT, in_class, is_drawn, render_heap};
+use crate::heap_raster::{HeapPicture, HeapView, MIN_PICTURE_HEIGHT, TimeWindow, in_class, is_drawn, render_heap};
 use crate::raster::{Colour, Image};
 
 /// Half-width of a cushion cursor, in pixels: opacity reaches 0 there.
@@ -63,10 +63,9 @@ pub enum BinLayout {
     Address,
 }
 
-/// One bin of a [`BinPictures`].
+/// One view of a grid of heap pictures: a bin of a [`BinPictures`] (or,
+/// in the viewer, the single picture of every block at (0, 0)).
 pub struct BinCell {
-    /// Its size class.
-    pub class: SizeClass,
     /// Left pixel column in the whole image.
     pub left: u32,
     /// Top pixel row in the whole image.
@@ -77,6 +76,11 @@ pub struct BinCell {
 }
 
 impl BinCell {
+    /// The size class it shows (`None`: every block).
+    pub fn class(&self) -> Option<SizeClass> {
+        self.picture.class
+    }
+
     /// Whether pixel (`x`, `y`) of the whole image is in this cell.
     pub fn contains(&self, x: f64, y: f64) -> bool {
         let (w, h) = (f64::from(self.picture.image.width), f64::from(self.picture.image.height));
@@ -96,8 +100,13 @@ pub struct BinPictures {
 impl BinPictures {
     /// The bin under pixel (`x`, `y`) of the whole image.
     pub fn cell_at(&self, x: f64, y: f64) -> Option<&BinCell> {
-        self.cells.iter().find(|c| c.contains(x, y))
+        cell_at(&self.cells, x, y)
     }
+}
+
+/// The cell of `cells` under pixel (`x`, `y`) of their whole image.
+pub fn cell_at(cells: &[BinCell], x: f64, y: f64) -> Option<&BinCell> {
+    cells.iter().find(|c| c.contains(x, y))
 }
 
 /// Draws one picture per size class that has blocks in `records` (as
@@ -136,7 +145,7 @@ pub fn render_bins(
             BinLayout::Address => (i * (picture.image.width + BIN_GAP), 0),
         };
         copy_into(&mut image, &picture.image, left, top);
-        cells.push(BinCell { class, left, top, picture });
+        cells.push(BinCell { left, top, picture });
     }
     Ok(BinPictures { image, cells })
 }
@@ -202,19 +211,22 @@ pub fn draw_cursors(image: &mut Image, clip: PixelRect, xs: &[f64], strength: f6
 }
 
 /// Draws cushion cursors at axis positions `at` across every bin of
-/// `bins`, each clipped to its bin (side by side, a cursor near a bin's
-/// edge must not spill into the next one, whose x means another time).
+/// `bins`.
 pub fn draw_bin_cursors(bins: &mut BinPictures, at: &[f64], strength: f64) {
     for cell in &bins.cells {
-        let xs: Vec<f64> = at.iter().map(|&t| f64::from(cell.left) + cell.picture.window.x(t)).collect();
-        let clip = PixelRect {
-            left: cell.left,
-            top: cell.top,
-            right: cell.left + cell.picture.image.width,
-            bottom: cell.top + cell.picture.image.height,
-        };
-        draw_cursors(&mut bins.image, clip, &xs, strength);
+        let (w, h) = (cell.picture.image.width, cell.picture.image.height);
+        let clip = PixelRect { left: cell.left, top: cell.top, right: cell.left + w, bottom: cell.top + h };
+        draw_window_cursors(&mut bins.image, clip, &cell.picture.window, at, strength);
     }
+}
+
+/// Draws cushion cursors at axis positions `at` into the part `clip` of
+/// `image` that shows `window` of the time axis, clipped to it (side by
+/// side, a cursor near a bin's edge must not spill into the next one,
+/// whose x means another time).
+pub fn draw_window_cursors(image: &mut Image, clip: PixelRect, window: &TimeWindow, at: &[f64], strength: f64) {
+    let xs: Vec<f64> = at.iter().map(|&t| f64::from(clip.left) + window.x(t)).collect();
+    draw_cursors(image, clip, &xs, strength);
 }
 
 #[cfg(test)]
@@ -243,7 +255,7 @@ mod tests {
         ];
         let bins = render_bins(&records, 100, &view(100, 3 * 60 + 2 * BIN_GAP), BinLayout::Time, &|_| String::new())
             .expect("bins");
-        let classes: Vec<SizeClass> = bins.cells.iter().map(|c| c.class).collect();
+        let classes: Vec<SizeClass> = bins.cells.iter().filter_map(|c| c.class()).collect();
         assert_eq!(classes, [SizeClass::Fast, SizeClass::Large, SizeClass::Huge]);
         let colour_of = |class: SizeClass| crate::raster::to_rgba8(crate::heap_raster::CLASS_COLOURS[class as usize]);
         for (i, cell) in (0u32..).zip(&bins.cells) {
@@ -257,7 +269,12 @@ mod tests {
                 }
             }
             colours.remove(&crate::raster::to_rgba8([0.07, 0.07, 0.09]));
-            assert_eq!(colours.into_iter().collect::<Vec<_>>(), [colour_of(cell.class)], "bin {:?}", cell.class);
+            assert_eq!(
+                colours.into_iter().collect::<Vec<_>>(),
+                [colour_of(cell.class().expect("a class"))],
+                "bin {:?}",
+                cell.class()
+            );
         }
         // The fast block 0x1000 (events 20..40) is the top half of the
         // fast bin's only region, at x 20..40 as in every bin.
@@ -265,7 +282,7 @@ mod tests {
         assert_eq!(fast.picture.window.x(20.0), 20.0);
         assert_eq!(bins.image.pixel(30, 5), colour_of(SizeClass::Fast));
         assert_eq!(bins.image.pixel(45, 5), crate::raster::to_rgba8([0.07, 0.07, 0.09]), "freed at 40");
-        assert_eq!(bins.cell_at(30.0, 65.0).map(|c| c.class), Some(SizeClass::Large));
+        assert_eq!(bins.cell_at(30.0, 65.0).and_then(|c| c.class()), Some(SizeClass::Large));
         assert!(bins.cell_at(30.0, 61.0).is_none(), "a gap between bins");
     }
 
@@ -333,7 +350,7 @@ mod tests {
         for cell in &with.cells {
             let y = cell.top + 10;
             let centre = luma(with.image.pixel(50, y));
-            assert!(centre > luma(plain.image.pixel(50, y)) + 100, "brighter at the cursor, bin {:?}", cell.class);
+            assert!(centre > luma(plain.image.pixel(50, y)) + 100, "brighter at the cursor, bin {:?}", cell.class());
             assert!(centre > luma(with.image.pixel(56, y)), "softer away from it");
             assert!(luma(with.image.pixel(56, y)) > luma(plain.image.pixel(56, y)), "still some at 6 px");
             assert_eq!(with.image.pixel(80, y), plain.image.pixel(80, y), "none beyond the radius");

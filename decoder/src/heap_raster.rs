@@ -293,6 +293,12 @@ impl TimeWindow {
     pub fn x(&self, t: f64) -> f64 {
         (t - self.from) / self.span * f64::from(self.width)
     }
+
+    /// The axis position at pixel column `x`: the inverse of
+    /// [`TimeWindow::x`].
+    pub fn time(&self, x: f64) -> f64 {
+        self.from + x / f64::from(self.width.max(1)) * self.span
+    }
 }
 
 /// Colours of the size classes, in [`SizeClass`] order: blue, green,

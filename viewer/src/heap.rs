@@ -29,7 +29,7 @@ use std::sync::Arc;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
-use decoder::heap_bins::{BinLayout, CURSOR_RADIUS_PX, cursor_opacity, render_bins};
+use decoder::heap_bins::{BinCell, BinLayout, CURSOR_RADIUS_PX, cell_at, cursor_opacity, render_bins};
 use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, address_rows, render_heap};
 
 use crate::ViewerOptions;
@@ -118,39 +118,20 @@ pub struct HeapMode {
 struct DrawnHeap {
     /// The views and where they are in the image: one at (0, 0), or the
     /// size-class bins.
-    cells: Vec<DrawnCell>,
+    cells: Vec<BinCell>,
     image: Arc<egui::ColorImage>,
 }
 
-/// One view of a [`DrawnHeap`].
-struct DrawnCell {
-    /// Its top left pixel in the whole image.
-    left: u32,
-    top: u32,
-    /// The size class it shows, for bins.
-    label: Option<&'static str>,
-    picture: HeapPicture,
-}
-
 impl DrawnHeap {
-    fn new(image: &decoder::raster::Image, cells: Vec<DrawnCell>) -> DrawnHeap {
+    fn new(image: &decoder::raster::Image, cells: Vec<BinCell>) -> DrawnHeap {
         let size = [image.width as usize, image.height as usize];
         let image = Arc::new(egui::ColorImage::from_rgba_unmultiplied(size, &image.rgba));
         DrawnHeap { cells, image }
     }
 
     fn single(picture: HeapPicture) -> DrawnHeap {
-        let cell = DrawnCell { left: 0, top: 0, label: None, picture };
+        let cell = BinCell { left: 0, top: 0, picture };
         DrawnHeap::new(&cell.picture.image.clone(), vec![cell])
-    }
-
-    /// The view under image pixel (`x`, `y`).
-    fn cell_at(&self, x: f64, y: f64) -> Option<&DrawnCell> {
-        self.cells.iter().find(|c| {
-            let (w, h) = (f64::from(c.picture.image.width), f64::from(c.picture.image.height));
-            let (l, t) = (f64::from(c.left), f64::from(c.top));
-            x >= l && x < l + w && y >= t && y < t + h
-        })
     }
 }
 
@@ -573,17 +554,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                         Ok(bins) => bins,
                         Err(e) => return Some(Err(e.to_string())),
                     };
-                    let cells = bins
-                        .cells
-                        .into_iter()
-                        .map(|c| DrawnCell {
-                            left: c.left,
-                            top: c.top,
-                            label: Some(c.class.name()),
-                            picture: c.picture,
-                        })
-                        .collect();
-                    DrawnHeap::new(&bins.image, cells)
+                    DrawnHeap::new(&bins.image, bins.cells)
                 }
             };
             Some(Ok(Arc::new(drawn)))
@@ -612,7 +583,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     if let Some((k, drawn)) = m.picture.latest().filter(|(k, _)| k.bins == m.bins) {
         cushion_cursors(&painter, rect, ppp, m, k, drawn);
         for cell in drawn.cells.iter().filter(|_| *k == key) {
-            if let Some(label) = cell.label {
+            if let Some(label) = cell.class().map(|c| c.name()) {
                 let at = rect.min + egui::vec2(cell.left as f32, cell.top as f32) / ppp + egui::vec2(4.0, 2.0);
                 painter.text(at, egui::Align2::LEFT_TOP, label, egui::FontId::monospace(11.0), egui::Color32::WHITE);
             }
@@ -683,7 +654,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             (Some(BinLayout::Address), Some((_, drawn))) => {
                 let x = f64::from((p.x - rect.left()) * ppp);
                 let y = f64::from((p.y - rect.top()) * ppp);
-                drawn.cell_at(x, y).map_or(t, |c| time_at(&c.picture, x - f64::from(c.left)))
+                cell_at(&drawn.cells, x, y).map_or(t, |c| c.picture.window.time(x - f64::from(c.left)))
             }
             _ => t,
         };
@@ -717,9 +688,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     };
     let Some(p) = at else { return };
     let (px, py) = (f64::from((p.x - rect.left()) * ppp), f64::from((p.y - rect.top()) * ppp));
-    let Some(cell) = drawn.cell_at(px, py) else { return };
+    let Some(cell) = cell_at(&drawn.cells, px, py) else { return };
     let picture = &cell.picture;
-    let x = time_at(picture, px - f64::from(cell.left)).max(0.0);
+    let x = picture.window.time(px - f64::from(cell.left)).max(0.0);
     let axis = picture.axis;
     let when = match axis.clock {
         Clock::Events => format!("event {x:.0}"),
@@ -738,12 +709,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                 // L: the block's lifetime in the access view (a window of
                 // its own).
                 if ctx.input(|i| i.key_pressed(egui::Key::L)) && !ctx.egui_wants_keyboard_input() {
-                    let block = crate::linked::LinkedBlock {
-                        address: b.address,
-                        size: b.size,
-                        events: (b.alloc_event, b.free_event),
-                        columns: (b.alloc_column, b.free_column),
-                    };
+                    let block = crate::linked::LinkedBlock::from(b);
                     let paths = &m.session.symbol_paths;
                     m.notice = match crate::linked::access_view_args(&m.session.path, paths, &block, l.model.columns) {
                         Some(args) => crate::linked::open(&args).err(),
@@ -817,12 +783,6 @@ fn allocation_source(
         }
     }
     SourceText::read(file, line, counts, "blocks, bytes allocated by line")
-}
-
-/// The time at pixel column `x` of a picture.
-fn time_at(picture: &HeapPicture, x: f64) -> f64 {
-    let w = picture.window;
-    w.from + x / f64::from(w.width.max(1)) * w.span
 }
 
 /// Paints the cushion cursors over the picture's views (each view maps

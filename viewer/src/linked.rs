@@ -23,6 +23,28 @@ pub struct LinkedBlock {
     pub columns: (u64, Option<u64>),
 }
 
+impl From<&decoder::allocations::AllocationRecord> for LinkedBlock {
+    fn from(r: &decoder::allocations::AllocationRecord) -> Self {
+        LinkedBlock {
+            address: r.address,
+            size: r.size,
+            events: (r.alloc_event, r.free_event),
+            columns: (r.alloc_column, r.free_column),
+        }
+    }
+}
+
+impl From<&decoder::inspect::AllocationInfo> for LinkedBlock {
+    fn from(b: &decoder::inspect::AllocationInfo) -> Self {
+        LinkedBlock {
+            address: b.address,
+            size: b.size,
+            events: (b.alloc_event, b.free_event),
+            columns: (b.alloc_column, b.free_column),
+        }
+    }
+}
+
 /// Addresses shown around a block, in block sizes on each side: enough to
 /// see its neighbours.
 const MARGIN_BLOCKS: u64 = 8;

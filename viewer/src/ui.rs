@@ -943,12 +943,7 @@ fn main_view(
     // of its own).
     if ctx.input(|i| i.key_pressed(egui::Key::L)) && !ctx.egui_wants_keyboard_input() {
         if let Some(b) = inspection.and_then(|i| i.allocation.as_ref()) {
-            let block = crate::linked::LinkedBlock {
-                address: b.address,
-                size: b.size,
-                events: (b.alloc_event, b.free_event),
-                columns: (b.alloc_column, b.free_column),
-            };
+            let block = crate::linked::LinkedBlock::from(b);
             let args = crate::linked::allocations_view_args(&session.path, &session.symbol_paths, &block);
             state.notice = crate::linked::open(&args).err();
         }
