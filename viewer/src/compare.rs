@@ -28,9 +28,10 @@ use decoder::raster::{ColourBy, Palette, UNMATCHED_FRAME_COLOUR, delta_colour, f
 use decoder::tables::Grouping;
 
 use crate::jobs::Job;
+use crate::pacing::Activity;
 use crate::paint::{self, BAR_H, PictureTexture, c32, rect4, short};
 use crate::session::{Loaded, Session};
-use crate::ui::{Activity, Hover, PaneReport, UiReport};
+use crate::ui::{Hover, PaneReport, UiReport};
 use crate::view::{ViewCommand, Viewport};
 use crate::work::{self, RenderKey, Work};
 use crate::{ScreenshotRequest, ViewerOptions};
@@ -216,7 +217,6 @@ impl Plugin for ComparePlugin {
     fn build(&self, app: &mut App) {
         app.insert_resource(Comparison::open(&self.options, self.b.clone()))
             .init_resource::<UiReport>()
-            .init_resource::<Activity>()
             .add_systems(Update, poll_panes)
             .add_systems(bevy_egui::EguiPrimaryContextPass, compare_ui);
     }
@@ -326,8 +326,10 @@ fn compare_ui(
         && report.panes.iter().all(|p| p.sharp)
         && hover_ready
         && stats_ready;
-    activity.0 =
-        c.panes.iter().any(|p| p.session.loading.is_some() || p.work.busy()) || c.matching.busy() || c.stats.busy();
+    *activity = Activity::of(
+        c.panes.iter().any(|p| p.session.loading.is_some()),
+        c.panes.iter().any(|p| p.work.busy()) || c.matching.busy() || c.stats.busy(),
+    );
     Ok(())
 }
 
@@ -482,8 +484,8 @@ fn pane_view(
             Some(e) => format!("cannot show this trace: {e}"),
             None => format!("decoding… {:.0}%", 100.0 * pane.session.progress().unwrap_or(0.0)),
         };
+        // Redrawn at the decoding pace (`pace_frames`), not every frame.
         paint::centred_message(&painter, rect, text, 14.0);
-        ctx.request_repaint();
         return None;
     };
     let l = &pair[side.index()];

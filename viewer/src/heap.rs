@@ -34,8 +34,9 @@ use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, 
 
 use crate::ViewerOptions;
 use crate::jobs::Job;
+use crate::pacing::Activity;
 use crate::session::{Loaded, Session};
-use crate::ui::{Activity, UiReport};
+use crate::ui::UiReport;
 use crate::view::{ViewCommand, Viewport};
 use crate::work::SourceText;
 
@@ -174,7 +175,6 @@ impl Plugin for HeapPlugin {
             notice: None,
         })
         .init_resource::<UiReport>()
-        .init_resource::<Activity>()
         .add_message::<ViewCommand>()
         .add_systems(bevy_egui::EguiPrimaryContextPass, heap_ui)
         .add_systems(Last, apply_view_commands.in_set(crate::ViewCommandsApplied));
@@ -267,11 +267,10 @@ fn heap_ui(
     let hover_ready =
         (m.forced_hover.is_none() || !report.tooltip.is_empty()) && (!m.open_hovered_source || report.source.is_some());
     report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
-    activity.0 = m.session.loading.is_some()
-        || m.picture.busy()
-        || m.context.busy()
-        || m.analysis.busy()
-        || m.window_analysis.busy();
+    *activity = Activity::of(
+        m.session.loading.is_some(),
+        m.picture.busy() || m.context.busy() || m.analysis.busy() || m.window_analysis.busy(),
+    );
     report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
 }
@@ -485,8 +484,8 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     let painter = ui.painter_at(whole);
     painter.rect_filled(whole, 0.0, egui::Color32::from_rgb(18, 18, 23));
     let Some(l) = loaded else {
+        // Redrawn at the decoding pace (`pace_frames`), not every frame.
         crate::paint::centred_message(&painter, whole, "decoding…", 15.0);
-        ctx.request_repaint();
         return;
     };
     if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {

@@ -27,6 +27,7 @@ pub mod compare;
 pub mod heap;
 pub mod jobs;
 pub mod linked;
+pub mod pacing;
 pub mod paint;
 pub mod search;
 pub mod session;
@@ -37,14 +38,12 @@ pub mod work;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use bevy::app::{TaskPoolOptions, TaskPoolPlugin, TaskPoolThreadAssignmentPolicy};
 use bevy::log::{Level, LogPlugin};
 use bevy::prelude::*;
 use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
 use bevy::window::WindowResolution;
-use bevy::winit::{UpdateMode, WinitSettings};
 use bevy_egui::{EguiPlugin, EguiPrimaryContextPass};
 use decoder::model::DecodeOptions;
 use decoder::symbols::SymbolPaths;
@@ -196,9 +195,11 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
         None if options.allocations => app.add_plugins(heap::HeapPlugin { options: options.clone() }),
         None => app.add_plugins(ViewerPlugin { options: options.clone() }),
     };
-    if options.screenshot.is_none() && options.bench.is_none() {
-        app.add_systems(Last, pace_frames);
-    }
+    // Headless and measuring runs draw continuously once the trace is in
+    // (a screenshot waits on frames for the pipelines to compile); while it
+    // is decoding they pace frames as a window does, so a bench measures
+    // the decoding a user waits for.
+    app.add_plugins(pacing::PacingPlugin { always_draw: options.screenshot.is_some() || options.bench.is_some() });
     if let Some(request) = options.screenshot.clone() {
         app.add_plugins(HeadlessPlugin { request, failure: failure.clone() });
     }
@@ -250,7 +251,6 @@ impl Plugin for ViewerPlugin {
             .init_resource::<search::SearchState>()
             .add_message::<ViewCommand>()
             .add_message::<search::SearchCommand>()
-            .init_resource::<ui::Activity>()
             .add_systems(Update, (session::poll_decoding, start_view, search::apply_search_commands).chain())
             .add_systems(EguiPrimaryContextPass, ui::ui_system)
             // The frame's commands (the UI's, a script's) applied at its
@@ -270,22 +270,6 @@ fn spawn_camera(mut c: Commands) {
         bevy::core_pipeline::tonemapping::Tonemapping::None,
         bevy::core_pipeline::tonemapping::DebandDither::Disabled,
     ));
-}
-
-/// How long an idle window waits for input before it draws again.
-const IDLE_WAIT: Duration = Duration::from_millis(250);
-
-/// Draws continuously only while something is coming (decoding, background
-/// work); otherwise frames follow input, so an idle viewer costs nothing.
-/// Headless and measuring runs keep drawing continuously.
-fn pace_frames(activity: Res<ui::Activity>, mut settings: ResMut<WinitSettings>) {
-    let busy = activity.0;
-    let focused = if busy { UpdateMode::Continuous } else { UpdateMode::reactive(IDLE_WAIT) };
-    let unfocused = if busy { UpdateMode::Continuous } else { UpdateMode::reactive_low_power(IDLE_WAIT * 4) };
-    if settings.focused_mode != focused || settings.unfocused_mode != unfocused {
-        settings.focused_mode = focused;
-        settings.unfocused_mode = unfocused;
-    }
 }
 
 fn start_view(session: Res<Session>, mut start: ResMut<StartView>, mut view: ResMut<Viewport>) {

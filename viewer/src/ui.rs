@@ -24,6 +24,10 @@ const OVERVIEW_H: f32 = 26.0;
 const RULER_H: f32 = 20.0;
 /// Width of the row-label gutter.
 const GUTTER_W: f32 = 170.0;
+/// Least time between two preview pictures while a trace decodes: a
+/// picture of a 100M-read trace's summary took a fifth of the CPU when it
+/// was redrawn at every frame.
+const PREVIEW_EVERY: std::time::Duration = std::time::Duration::from_millis(1000);
 
 /// Which highlight the pointer drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,6 +106,8 @@ pub struct UiState {
     census: Option<Census>,
     bitmap: PictureTexture,
     preview: Option<(egui::TextureHandle, work::PreviewKey)>,
+    /// When the last preview picture was started.
+    preview_started: Option<std::time::Instant>,
     overview: Option<(egui::TextureHandle, (u32, u32, u32))>,
 }
 
@@ -127,6 +133,7 @@ impl Default for UiState {
             census: None,
             bitmap: PictureTexture::default(),
             preview: None,
+            preview_started: None,
             overview: None,
         }
     }
@@ -209,11 +216,6 @@ pub struct PaneReport {
     pub sharp: bool,
 }
 
-/// Whether something is under way (decoding, background work): the window
-/// keeps drawing frames until it is done.
-#[derive(Resource, Default)]
-pub struct Activity(pub bool);
-
 /// The UI, once per frame.
 #[allow(clippy::too_many_arguments)]
 pub fn ui_system(
@@ -225,7 +227,7 @@ pub fn ui_system(
     mut state: ResMut<UiState>,
     mut commands: MessageWriter<ViewCommand>,
     (mut search, mut searches): (ResMut<SearchState>, MessageWriter<SearchCommand>),
-    (mut report, mut activity): (ResMut<UiReport>, ResMut<Activity>),
+    (mut report, mut activity): (ResMut<UiReport>, ResMut<crate::pacing::Activity>),
     mut last_generation: Local<u32>,
 ) -> Result {
     let cpu_start = crate::bench::thread_cpu_time();
@@ -310,7 +312,7 @@ pub fn ui_system(
     let tooltip_ready = state.forced_hover.is_none()
         || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
     report.complete = report.loaded && report.sharp && tooltip_ready;
-    activity.0 = session.loading.is_some() || work.busy();
+    *activity = crate::pacing::Activity::of(session.loading.is_some(), work.busy());
     report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
 }
@@ -1147,11 +1149,14 @@ fn loading_view(
     );
     let area = egui::Rect::from_min_max(full.min + egui::vec2(GUTTER_W, 24.0), full.max);
     let size = ((area.width() * ppp) as u32, (area.height() * ppp) as u32);
-    // A new preview picture when more is decoded and the last is done
-    // (copying the preview costs as much as drawing it: not every frame).
+    // A new preview picture when more is decoded, the last is done, and
+    // it is at least PREVIEW_EVERY old (copying the preview costs as much
+    // as drawing it, and both take a core from the decoder).
     let blocks = loading.preview.blocks();
     let stale = work.preview.latest().is_none_or(|(k, _)| *k != (blocks, size.0, size.1));
-    if blocks > 0 && size.0 > 8 && size.1 > 8 && stale && !work.preview.busy() {
+    let due = state.preview_started.is_none_or(|t| t.elapsed() >= PREVIEW_EVERY);
+    if blocks > 0 && size.0 > 8 && size.1 > 8 && stale && due && !work.preview.busy() {
+        state.preview_started = Some(std::time::Instant::now());
         work::want_preview(work, loading.preview.state(), size, state.colour_by);
     }
     if let Some((k, p)) = work.preview.latest() {
@@ -1175,5 +1180,6 @@ fn loading_view(
             egui::Color32::GRAY,
         );
     }
-    ctx.request_repaint();
+    // No repaint request: while decoding, frames come at the pace
+    // `pace_frames` sets, slow enough to leave the cores to the decoder.
 }
