@@ -34,6 +34,7 @@ pub mod heap;
 pub mod heap_bins;
 pub mod heap_raster;
 pub mod inspect;
+pub mod line_table;
 pub mod lines;
 pub mod model;
 pub mod pyramid;

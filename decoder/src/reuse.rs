@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::hashing::BuildLineHasher;
+use crate::line_table::LineTable;
 
 /// Histogram of reuse distances in power-of-two buckets.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -73,11 +74,17 @@ struct LineEntry {
 
 const NOT_READ: u32 = u32::MAX;
 
+impl Default for LineEntry {
+    fn default() -> Self {
+        LineEntry { last_read: NOT_READ, threads: 0 }
+    }
+}
+
 /// Every line the trace touched: reuse distances of reads, and distinct
 /// lines per thread, from one hash-map entry per line (the decoding pass
 /// affords one lookup per access, not two).
 pub struct ReuseDistance {
-    lines: HashMap<u64, LineEntry, BuildLineHasher>,
+    lines: LineTable<LineEntry>,
     /// Distinct lines of threads beyond the ones the bit masks hold.
     overflow: HashMap<usize, std::collections::HashSet<u64, BuildLineHasher>>,
     /// One bit per time slot: set when it is some line's last read.
@@ -101,7 +108,7 @@ impl ReuseDistance {
     /// An empty tracker.
     pub fn new() -> Self {
         ReuseDistance {
-            lines: HashMap::with_hasher(BuildLineHasher),
+            lines: LineTable::new(),
             overflow: HashMap::new(),
             marks: vec![0; MIN_SLOTS / 64],
             tree: vec![0; MIN_SLOTS / 64],
@@ -128,7 +135,7 @@ impl ReuseDistance {
         }
         let now = self.now;
         self.now += 1;
-        let entry = self.lines.entry(line).or_insert(LineEntry { last_read: NOT_READ, threads: 0 });
+        let (entry, _) = self.lines.entry(line);
         let prev = std::mem::replace(&mut entry.last_read, now);
         let new_thread = mark_thread(&mut entry.threads, thread);
         if new_thread {
@@ -151,6 +158,13 @@ impl ReuseDistance {
         distance
     }
 
+    /// Starts loading what an access to `line` will look at into the CPU
+    /// cache (see [`ReuseQueue`]).
+    #[inline]
+    pub fn prefetch(&self, line: u64) {
+        self.lines.prefetch(line);
+    }
+
     /// Records a write of `line` by thread slot `thread` (for distinct-line
     /// counts; writes have no reuse distance).
     #[inline]
@@ -158,7 +172,7 @@ impl ReuseDistance {
         if self.last == Some((line, thread)) {
             return;
         }
-        let entry = self.lines.entry(line).or_insert(LineEntry { last_read: NOT_READ, threads: 0 });
+        let (entry, _) = self.lines.entry(line);
         if mark_thread(&mut entry.threads, thread) {
             self.note_overflow(line, thread);
         }
@@ -219,13 +233,13 @@ impl ReuseDistance {
     /// compactions stay rare.
     fn compact(&mut self) {
         let mut order: Vec<(u32, u64)> =
-            self.lines.iter().filter(|(_, e)| e.last_read != NOT_READ).map(|(&line, e)| (e.last_read, line)).collect();
+            self.lines.iter().filter(|(_, e)| e.last_read != NOT_READ).map(|(line, e)| (e.last_read, line)).collect();
         order.sort_unstable();
         let slots = (order.len() * 16).max(MIN_SLOTS).next_power_of_two();
         self.marks = vec![0; slots / 64];
         self.tree = vec![0; slots / 64];
         for (new_time, &(_, line)) in order.iter().enumerate() {
-            if let Some(e) = self.lines.get_mut(&line) {
+            if let Some(e) = self.lines.get_mut(line) {
                 e.last_read = new_time as u32;
             }
             self.marks[new_time / 64] |= 1 << (new_time % 64);
@@ -243,6 +257,76 @@ impl ReuseDistance {
             }
         }
         self.now = order.len() as u32;
+    }
+}
+
+/// A [`ReuseDistance`] fed a few accesses late: each access starts loading
+/// its line's entry when it arrives and is applied [`QUEUE_DEPTH`] accesses
+/// later, when the entry is in the CPU cache. On a miss-heavy trace the
+/// tracker's time was mostly waits on memory for the entries, one at a
+/// time; queued, the waits overlap. The results are the same, in the same
+/// order; read them after [`ReuseQueue::finish`].
+pub struct ReuseQueue {
+    reuse: ReuseDistance,
+    pending: [(u64, u32, bool); QUEUE_DEPTH],
+    /// Accesses queued so far; the oldest pending one is at
+    /// `queued % QUEUE_DEPTH`.
+    queued: usize,
+}
+
+/// Accesses between an entry's prefetch and its use: enough to cover a
+/// load from memory at the tracker's pace.
+const QUEUE_DEPTH: usize = 16;
+
+impl Default for ReuseQueue {
+    fn default() -> Self {
+        ReuseQueue { reuse: ReuseDistance::new(), pending: [(0, 0, false); QUEUE_DEPTH], queued: 0 }
+    }
+}
+
+impl ReuseQueue {
+    /// A read of `line` by thread slot `thread` (see [`ReuseDistance::access`]).
+    #[inline]
+    pub fn read(&mut self, line: u64, thread: usize) {
+        self.push(line, thread, false);
+    }
+
+    /// A write of `line` by thread slot `thread` (see [`ReuseDistance::write`]).
+    #[inline]
+    pub fn write(&mut self, line: u64, thread: usize) {
+        self.push(line, thread, true);
+    }
+
+    #[inline]
+    fn push(&mut self, line: u64, thread: usize, write: bool) {
+        self.reuse.prefetch(line);
+        let slot = self.queued % QUEUE_DEPTH;
+        if self.queued >= QUEUE_DEPTH {
+            let (l, t, w) = self.pending[slot];
+            self.apply(l, t as usize, w);
+        }
+        // Thread slots are indices of the trace's threads: far below 2^32.
+        self.pending[slot] = (line, thread as u32, write);
+        self.queued += 1;
+    }
+
+    #[inline]
+    fn apply(&mut self, line: u64, thread: usize, write: bool) {
+        if write {
+            self.reuse.write(line, thread);
+        } else {
+            self.reuse.access(line, thread);
+        }
+    }
+
+    /// Applies what is still queued, oldest first.
+    pub fn finish(mut self) -> ReuseDistance {
+        let start = self.queued.saturating_sub(QUEUE_DEPTH);
+        for i in start..self.queued {
+            let (l, t, w) = self.pending[i % QUEUE_DEPTH];
+            self.apply(l, t as usize, w);
+        }
+        self.reuse
     }
 }
 
@@ -311,6 +395,36 @@ mod tests {
         assert_eq!(r.distinct_lines_of(MASKED_THREADS - 1), 1);
         assert_eq!(r.distinct_lines_of(MASKED_THREADS), 1);
         assert_eq!(r.histogram().cold, 3, "lines 1, 2 and 5; the read of 2 by thread 1 is warm");
+    }
+
+    #[test]
+    fn the_queue_gives_the_same_results() {
+        let mut seed = 3u64;
+        let mut direct = ReuseDistance::new();
+        let mut queued = ReuseQueue::default();
+        for i in 0..20_000u64 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let (line, thread, write) = ((seed >> 33) % 300, (seed >> 20) as usize % 3, i % 5 == 0);
+            if write {
+                direct.write(line, thread);
+                queued.write(line, thread);
+            } else {
+                direct.access(line, thread);
+                queued.read(line, thread);
+            }
+        }
+        // Fewer accesses than the queue holds, too.
+        let mut short = ReuseQueue::default();
+        short.read(7, 0);
+        short.read(7, 0);
+        let short = short.finish();
+        assert_eq!(short.histogram().buckets, vec![1]);
+        let queued = queued.finish();
+        assert_eq!(queued.histogram(), direct.histogram());
+        assert_eq!(queued.distinct_lines(), direct.distinct_lines());
+        for t in 0..3 {
+            assert_eq!(queued.distinct_lines_of(t), direct.distinct_lines_of(t));
+        }
     }
 
     #[test]

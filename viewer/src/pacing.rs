@@ -43,10 +43,10 @@ impl Activity {
 /// How long an idle window waits for input before it draws again.
 const IDLE_WAIT: Duration = Duration::from_millis(250);
 
-/// Time between frames while a trace decodes: the progress bar and the
-/// preview move five times a second. Continuous frames (~100 ms of CPU
+/// Time between frames while a trace decodes (input still draws at once):
+/// the progress bar moves twice a second. Continuous frames (~100 ms of CPU
 /// each at 1920x1080 on lavapipe) took one of the two cores and doubled
-/// the time to the decoded trace.
+/// the time to the decoded trace; five a second still took a third of it.
 pub const LOADING_FRAME: Duration = Duration::from_millis(500);
 
 /// Paces the window's frames by [`Activity`].
