@@ -285,20 +285,11 @@ impl CacheLevel {
     /// knows the next accesses prefetches them.
     #[inline]
     pub fn prefetch(&self, addr: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let start = ((addr >> self.line_shift) & self.set_mask) as usize * self.ways;
-            let set = &self.lines[start..start + self.ways];
-            // A set of 16 ways spans two host cache lines.
-            for way in set.iter().step_by(8) {
-                let p: *const u64 = way;
-                // SAFETY: prefetching reads nothing and cannot fault; the
-                // pointer is to an element of `lines` anyway.
-                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast()) };
-            }
+        let start = ((addr >> self.line_shift) & self.set_mask) as usize * self.ways;
+        // A set of 16 ways spans two host cache lines.
+        for way in self.lines[start..start + self.ways].iter().step_by(8) {
+            crate::prefetch::prefetch(way);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = addr;
     }
 
     /// References `line`: true when it missed (and is now the set's most

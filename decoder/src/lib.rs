@@ -37,6 +37,7 @@ pub mod inspect;
 pub mod line_table;
 pub mod lines;
 pub mod model;
+mod prefetch;
 pub mod pyramid;
 pub mod range;
 pub mod raster;

@@ -73,16 +73,7 @@ impl<V: Copy + Default> LineTable<V> {
     /// A hint: it changes nothing, and costs one instruction.
     #[inline]
     pub fn prefetch(&self, line: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let slot: *const (u64, V) = &self.slots[self.home(line)];
-            // SAFETY: prefetching reads nothing and cannot fault; the
-            // pointer is to an element of `slots` anyway. SSE is part of
-            // every x86-64 CPU.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast()) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = line;
+        crate::prefetch::prefetch(&self.slots[self.home(line)]);
     }
 
     /// The value of `line`, inserted as `V::default()` if it is new; true
