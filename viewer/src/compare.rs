@@ -24,7 +24,7 @@ use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::compare::{DeltaMetric, FrameDelta, FrameMatching, Side, frame_index};
 use decoder::diff::{DiffRow, MetricPair, diff, range_diff};
-use decoder::raster::{ColourBy, Palette, UNMATCHED_FRAME_COLOUR, delta_colour, frame_colour};
+use decoder::raster::{ColourBy, UNMATCHED_FRAME_COLOUR, delta_colour, frame_colour};
 use decoder::tables::Grouping;
 
 use crate::jobs::Job;
@@ -293,9 +293,8 @@ fn compare_ui(
         });
     }
     let mut hover = None;
-    egui::CentralPanel::default().show(&mut root, |ui| {
+    crate::paint::central_panel(&ctx).show(&mut root, |ui| {
         let full = ui.available_rect_before_wrap();
-        ui.painter().rect_filled(full, 0.0, c32(Palette::default().background));
         let half = full.height() / 2.0;
         for side in [Side::A, Side::B] {
             let top = full.top() + half * side.index() as f32;

@@ -246,7 +246,7 @@ fn heap_ui(
             }
         });
     }
-    egui::CentralPanel::default().show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
+    crate::paint::central_panel(&ctx).show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
     // The analysis for the side panel once the first picture is there: the
     // jobs share the cores with the renderer, and the picture is what the
     // user waits for.
@@ -482,7 +482,6 @@ fn side_panel(ui: &mut egui::Ui, m: &mut HeapMode, report: &mut UiReport) -> boo
 fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: Option<&Loaded>, report: &mut UiReport) {
     let whole = ui.available_rect_before_wrap();
     let painter = ui.painter_at(whole);
-    painter.rect_filled(whole, 0.0, egui::Color32::from_rgb(18, 18, 23));
     let Some(l) = loaded else {
         // Redrawn at the decoding pace (`pace_frames`), not every frame.
         crate::paint::centred_message(&painter, whole, "decoding…", 15.0);
@@ -591,7 +590,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     // A picture that cannot be drawn says why (size-class views in a
     // window too small for them) instead of leaving the old one up.
     if let Some((_, why)) = m.picture.failure().filter(|(k, _)| *k == key) {
-        painter.rect_filled(rect, 0.0, egui::Color32::from_rgb(18, 18, 23));
+        painter.rect_filled(rect, 0.0, crate::paint::background());
         crate::paint::centred_message(&painter, rect, why, 14.0);
         // Final for this view: what there is to show is shown.
         (report.sharp, report.picture) = (true, true);

@@ -5,7 +5,7 @@
 
 use bevy_egui::egui;
 use decoder::calltree::Frame;
-use decoder::raster::MERGED_FRAMES_COLOUR;
+use decoder::raster::{MERGED_FRAMES_COLOUR, Palette};
 
 use crate::view::{ViewCommand, Viewport};
 use crate::work::{Names, RenderKey, Work};
@@ -17,6 +17,23 @@ pub const BAR_H: f32 = 17.0;
 pub fn c32(c: [f64; 3]) -> egui::Color32 {
     let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
     egui::Color32::from_rgb(q(c[0]), q(c[1]), q(c[2]))
+}
+
+/// The colour behind every view: the bitmap's background, and the colour
+/// the renderer clears each frame to ([`crate::run`] makes it the
+/// `ClearColor`).
+pub fn background() -> egui::Color32 {
+    c32(Palette::default().background)
+}
+
+/// The central panel of every mode, without a fill of its own: the clear
+/// colour ([`background`]) is its background. On a CPU renderer (lavapipe)
+/// every layer costs its pixels: a panel fill and a view's background under
+/// a picture that covers them made three layers of the whole window, and
+/// the frame cost about three times what the pictures alone do.
+pub fn central_panel(ctx: &egui::Context) -> egui::CentralPanel {
+    egui::CentralPanel::default()
+        .frame(egui::Frame::central_panel(&ctx.global_style()).fill(egui::Color32::TRANSPARENT))
 }
 
 /// A rectangle in pixels, as the UI report gives areas.
@@ -152,6 +169,11 @@ impl PictureTexture {
     }
 }
 
+/// Bars narrower than this (points) are drawn without rounded corners.
+const ROUNDED_BAR_MIN_WIDTH: f32 = 12.0;
+/// Bars narrower than this (points) merge with neighbours of their colour.
+const NARROW_BAR_WIDTH: f32 = 3.0;
+
 /// A flamegraph bar as drawn: (name, left, right, depth), left and right
 /// in pixels.
 pub type DrawnBar = (String, f32, f32, u32);
@@ -177,6 +199,7 @@ pub fn paint_flame(
     let bar_x = |x: f64| -> f32 {
         x_of(view, k.columns.0 + x * (k.columns.1 - k.columns.0) / f64::from(k.size.0.max(1)), flame)
     };
+    let mut run = BarRun::default();
     let wanted: Vec<u64> = r.bars.iter().filter_map(|b| b.frame).map(|i| r.frames[i].function).collect();
     for bar in &r.bars {
         if bar.depth < scroll || bar.depth >= scroll + levels {
@@ -190,7 +213,17 @@ pub fn paint_flame(
         let rect = egui::Rect::from_min_max(egui::pos2(x0, y0), egui::pos2(x1.max(x0 + 1.0), y0 + BAR_H - 1.0));
         let frame = bar.frame.filter(|_| bar.frames == 1).map(|i| &r.frames[i]);
         let name = frame.and_then(|f| work.names.get(f.function)).unwrap_or("");
-        painter.rect_filled(rect, 1.0, if frame.is_none() { c32(MERGED_FRAMES_COLOUR) } else { fill(frame, name) });
+        // Rounded corners only where they show: a rounded rectangle is
+        // three times the triangles, and on a CPU renderer (lavapipe) a
+        // flamegraph of many narrow bars paid for each of them.
+        let colour = if frame.is_none() { c32(MERGED_FRAMES_COLOUR) } else { fill(frame, name) };
+        if rect.width() < NARROW_BAR_WIDTH {
+            run.add(&painter, rect, colour);
+        } else {
+            run.flush(&painter);
+            let rounding = if rect.width() >= ROUNDED_BAR_MIN_WIDTH { 1.0 } else { 0.0 };
+            painter.rect_filled(rect, rounding, colour);
+        }
         if rect.width() > 28.0 && !name.is_empty() {
             let chars = ((rect.width() - 6.0) / 6.6) as usize;
             let label: String = if name.chars().count() <= chars {
@@ -213,8 +246,44 @@ pub fn paint_flame(
             }
         }
     }
+    run.flush(&painter);
     work.names.want(wanted);
     (drawn, hovered)
+}
+
+/// Neighbouring narrow bars of one colour on one level, drawn as one
+/// rectangle (the level of detail a flamegraph of many short calls needs:
+/// a thousand one-pixel bars were ten thousand triangles a frame, a tenth
+/// of a frame's cost on lavapipe), a shade darker than one bar so that
+/// many calls do not read as one. Hover still sees every bar.
+#[derive(Default)]
+struct BarRun(Option<(egui::Rect, egui::Color32, u32)>);
+
+impl BarRun {
+    fn add(&mut self, painter: &egui::Painter, rect: egui::Rect, colour: egui::Color32) {
+        if let Some((run, c, bars)) = &mut self.0 {
+            let touches = rect.left() <= run.right() + 0.5 && rect.top() == run.top();
+            if *c == colour && touches {
+                run.max.x = run.max.x.max(rect.right());
+                *bars += 1;
+                return;
+            }
+        }
+        self.flush(painter);
+        self.0 = Some((rect, colour, 1));
+    }
+
+    fn flush(&mut self, painter: &egui::Painter) {
+        if let Some((rect, colour, bars)) = self.0.take() {
+            let shade = |v: u8| (f32::from(v) * 0.8) as u8;
+            let colour = if bars > 1 {
+                egui::Color32::from_rgb(shade(colour.r()), shade(colour.g()), shade(colour.b()))
+            } else {
+                colour
+            };
+            painter.rect_filled(rect, 0.0, colour);
+        }
+    }
 }
 
 /// The frame of the newest picture with index `i`.

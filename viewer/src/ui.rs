@@ -9,7 +9,7 @@ use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::inspect::Inspection;
-use decoder::raster::{ColourBy, Palette, frame_colour};
+use decoder::raster::{ColourBy, frame_colour};
 use decoder::timeline::{Census, ThreadChoice};
 use decoder::working_set::WorkingSetConfig;
 
@@ -287,7 +287,7 @@ pub fn ui_system(
             });
         });
     }
-    egui::CentralPanel::default().show(&mut root, |ui| {
+    crate::paint::central_panel(&ctx).show(&mut root, |ui| {
         main_view(
             ui,
             &ctx,
@@ -757,8 +757,6 @@ fn main_view(
 ) {
     let full = ui.available_rect_before_wrap();
     let painter = ui.painter_at(full);
-    let bg = c32(Palette::default().background);
-    painter.rect_filled(full, 0.0, bg);
     let Some(l) = loaded else {
         loading_view(ui, &painter, full, state, session, work, report, ppp);
         return;
