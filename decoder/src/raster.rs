@@ -204,6 +204,12 @@ impl Coverage {
         }
     }
 
+    /// True when nothing was added: the pixel is the background.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.sum_f == 0.0 && self.sum_weight == 0.0
+    }
+
     /// The pixel colour.
     pub fn resolve(&self, background: Colour, alpha: f64) -> Colour {
         let uncovered = (1.0 - self.sum_f).max(0.0);
@@ -234,8 +240,7 @@ pub struct Image {
 impl Image {
     /// An image filled with one colour.
     pub fn new(width: u32, height: u32, fill: Colour) -> Self {
-        let px = to_rgba8(fill);
-        let rgba = px.iter().copied().cycle().take(width as usize * height as usize * 4).collect();
+        let rgba = to_rgba8(fill).repeat(width as usize * height as usize);
         Image { width, height, rgba }
     }
 
@@ -278,8 +283,12 @@ impl Image {
 }
 
 /// An opaque RGBA8 pixel of a colour.
+#[inline]
 pub fn to_rgba8(c: Colour) -> [u8; 4] {
-    let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0).round() as u8;
+    // Rounding half up by adding a half and truncating: `f64::round` is a
+    // libm call on the baseline x86-64 target, once per channel of every
+    // pixel drawn.
+    let q = |v: f64| (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8;
     [q(c[0]), q(c[1]), q(c[2]), 255]
 }
 
@@ -314,6 +323,23 @@ fn overlap(a: f64, b: f64, p: f64) -> f64 {
 }
 
 /// The pixel rows a bitmap row covers, with the fraction of each.
+/// Pixel rows covered by bitmap row `row` (rows from `r0`, `rh` rows per
+/// pixel, `height` pixels), with the fraction of each covered.
+fn pixel_rows(row: usize, r0: f64, rh: f64, height: usize) -> PixelRows {
+    let y0 = (row as f64 - r0) / rh;
+    let y1 = (row as f64 + 1.0 - r0) / rh;
+    let first = y0.floor().max(0.0) as usize;
+    let end = (y1.ceil().max(0.0) as usize).min(height);
+    PixelRows { y0, y1, next: first, end }
+}
+
+/// `x.ceil()` for `x >= 0`, without the libm call.
+#[inline]
+fn ceil_of_non_negative(x: f64) -> u64 {
+    let t = x as u64;
+    if (t as f64) < x { t + 1 } else { t }
+}
+
 struct PixelRows {
     y0: f64,
     y1: f64,
@@ -338,13 +364,52 @@ impl Iterator for PixelRows {
     }
 }
 
+/// Pixel sums kept from one picture to the next. A picture's sums are a
+/// buffer of tens of megabytes; a fresh one is paid for in page faults as
+/// it is first written (a fifth of a zoomed-in picture's time), a reused
+/// one only in clearing it.
+pub(crate) mod spare_grids {
+    use super::Coverage;
+    use std::sync::Mutex;
+
+    /// Buffers kept: a picture drawn in two halves at once takes two.
+    const KEPT: usize = 2;
+
+    static SPARE: Mutex<Vec<Vec<Coverage>>> = Mutex::new(Vec::new());
+
+    /// `n` cleared sums, in a kept buffer when there is one.
+    pub(crate) fn take(n: usize) -> Vec<Coverage> {
+        let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match spare {
+            Some(mut v) => {
+                v.clear();
+                v.resize(n, Coverage::default());
+                v
+            }
+            None => vec![Coverage::default(); n],
+        }
+    }
+
+    /// Keeps `v` for a later picture (the largest ones, at most [`KEPT`]).
+    pub(crate) fn give_back(v: Vec<Coverage>) {
+        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+        spare.push(v);
+        spare.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+        spare.truncate(KEPT);
+    }
+}
+
 /// Accumulates cells into pixel coverage for one view.
 struct CoverageGrid<'v> {
     view: &'v BitmapView,
-    /// Columns per pixel, rows per pixel.
+    /// Columns per pixel.
     cw: f64,
-    rh: f64,
     acc: Vec<Coverage>,
+    /// The pixel rows of each bitmap row that can show (from the first of
+    /// [`CoverageGrid::row_range`]): `row_pixels[row_starts[i]..row_starts[i + 1]]`.
+    /// Worked out once per picture, not once per cell.
+    row_starts: Vec<usize>,
+    row_pixels: Vec<(usize, f64)>,
 }
 
 impl<'v> CoverageGrid<'v> {
@@ -355,22 +420,16 @@ impl<'v> CoverageGrid<'v> {
         if w == 0 || h == 0 || b <= a || r1 <= r0 || !(view.alpha > 0.0 && view.alpha.is_finite()) {
             return Err(DecodeError::InvalidSetting("empty view".to_string()));
         }
-        Ok(CoverageGrid {
-            view,
-            cw: (b - a) / w as f64,
-            rh: (r1 - r0) / h as f64,
-            acc: vec![Coverage::default(); w * h],
-        })
-    }
-
-    /// Pixel rows covered by `row`, with the fraction of each covered.
-    fn pixel_rows(&self, row: usize) -> PixelRows {
-        let r0 = self.view.rows.0;
-        let y0 = (row as f64 - r0) / self.rh;
-        let y1 = (row as f64 + 1.0 - r0) / self.rh;
-        let first = y0.floor().max(0.0) as usize;
-        let end = (y1.ceil().max(0.0) as usize).min(self.view.height as usize);
-        PixelRows { y0, y1, next: first, end }
+        let rh = (r1 - r0) / h as f64;
+        let (first, end) = (r0.floor().max(0.0) as usize, r1.ceil().max(0.0) as usize);
+        let mut row_starts = Vec::with_capacity(end - first + 1);
+        let mut row_pixels = Vec::new();
+        for row in first..end {
+            row_starts.push(row_pixels.len());
+            row_pixels.extend(pixel_rows(row, r0, rh, h));
+        }
+        row_starts.push(row_pixels.len());
+        Ok(CoverageGrid { view, cw: (b - a) / w as f64, acc: spare_grids::take(w * h), row_starts, row_pixels })
     }
 
     /// Rows of the bitmap that can show in the view.
@@ -384,34 +443,47 @@ impl<'v> CoverageGrid<'v> {
     /// run costs O(pixels it spans), not O(columns).
     fn add_run(&mut self, row: usize, start: u64, end: u64, colour: Colour) {
         let w = self.view.width as usize;
-        let a = self.view.columns.0;
-        let x0 = (start as f64 - a) / self.cw;
-        let x1 = (end as f64 - a) / self.cw;
-        let px_first = x0.floor().max(0.0) as usize;
-        let px_end = (x1.ceil().max(0.0) as usize).min(w);
+        let (a, cw, alpha) = (self.view.columns.0, self.cw, self.view.alpha);
+        let (start, end) = (start as f64, end as f64);
+        // Casts of non-negative values: `floor` and `ceil` are libm calls
+        // on the baseline x86-64 target, and this loop runs per pixel.
+        let px_first = ((start - a) / cw).max(0.0) as usize;
+        let px_end = ceil_of_non_negative(((end - a) / cw).max(0.0)).min(w as u64) as usize;
+        let (from, to) = self.row_span(row);
         for px in px_first..px_end {
             // The run's columns that fall into this pixel.
-            let pixel_lo = a + px as f64 * self.cw;
-            let pixel_hi = pixel_lo + self.cw;
-            let lo = (start as f64).max(pixel_lo);
-            let hi = (end as f64).min(pixel_hi);
+            let pixel_lo = a + px as f64 * cw;
+            let pixel_hi = pixel_lo + cw;
+            let lo = start.max(pixel_lo);
+            let hi = end.min(pixel_hi);
             if hi <= lo {
                 continue;
             }
-            let first = lo.floor() as u64;
-            let last = (hi.ceil() as u64).saturating_sub(1);
-            let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / self.cw;
+            let first = lo as u64;
+            let last = ceil_of_non_negative(hi).saturating_sub(1);
+            let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / cw;
+            let (cover_first, cover_last) = (cover(first), cover(last));
             let interior = last.saturating_sub(first).saturating_sub(1);
-            for (py, fy) in self.pixel_rows(row) {
+            for &(py, fy) in &self.row_pixels[from..to] {
                 let cell = &mut self.acc[py * w + px];
-                cell.add(cover(first) * fy, colour, self.view.alpha);
+                cell.add(cover_first * fy, colour, alpha);
                 if last > first {
-                    cell.add(cover(last) * fy, colour, self.view.alpha);
+                    cell.add(cover_last * fy, colour, alpha);
                 }
                 if interior > 0 {
-                    cell.add_many(interior as f64, fy / self.cw, colour, self.view.alpha);
+                    cell.add_many(interior as f64, fy / cw, colour, alpha);
                 }
             }
+        }
+    }
+
+    /// Where the pixel rows of `row` are in `row_pixels`.
+    #[inline]
+    fn row_span(&self, row: usize) -> (usize, usize) {
+        let i = row.wrapping_sub(self.row_range().0);
+        match (self.row_starts.get(i), self.row_starts.get(i + 1)) {
+            (Some(&from), Some(&to)) => (from, to),
+            _ => (0, 0),
         }
     }
 
@@ -427,19 +499,25 @@ impl<'v> CoverageGrid<'v> {
             }
             let colour = palette.colour(self.view.colour_by, &row.means);
             let (cw, alpha) = (self.cw, self.view.alpha);
-            for (py, fy) in self.pixel_rows(r) {
+            let (from, to) = self.row_span(r);
+            for &(py, fy) in &self.row_pixels[from..to] {
                 self.acc[py * w + px].add_many(cells, fy / cw, colour, alpha);
             }
         }
     }
 
     fn into_image(self, palette: &Palette) -> Image {
-        let w = self.view.width as usize;
-        let mut image = Image::new(self.view.width, self.view.height, palette.background);
-        for (i, c) in self.acc.iter().enumerate() {
-            image.set((i % w) as u32, (i / w) as u32, c.resolve(palette.background, self.view.alpha));
+        // Pixel by pixel into the bytes: this runs for every pixel of every
+        // picture, so it was a large part of a zoomed-in picture's time.
+        let background = to_rgba8(palette.background);
+        let mut rgba = Vec::with_capacity(self.acc.len() * 4);
+        for c in &self.acc {
+            let pixel =
+                if c.is_empty() { background } else { to_rgba8(c.resolve(palette.background, self.view.alpha)) };
+            rgba.extend_from_slice(&pixel);
         }
-        image
+        spare_grids::give_back(self.acc);
+        Image { width: self.view.width, height: self.view.height, rgba }
     }
 }
 
