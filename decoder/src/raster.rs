@@ -372,8 +372,10 @@ pub(crate) mod spare_grids {
     use super::Coverage;
     use std::sync::Mutex;
 
-    /// Buffers kept: a picture drawn in two halves at once takes two.
-    const KEPT: usize = 2;
+    /// Buffers kept: one (the largest). Each is a picture's worth of
+    /// memory held between pictures; two raised the viewer's peak memory
+    /// on a 100M-read trace by a seventh.
+    const KEPT: usize = 1;
 
     static SPARE: Mutex<Vec<Vec<Coverage>>> = Mutex::new(Vec::new());
 
