@@ -322,7 +322,6 @@ fn overlap(a: f64, b: f64, p: f64) -> f64 {
     (b.min(p + 1.0) - a.max(p)).max(0.0)
 }
 
-/// The pixel rows a bitmap row covers, with the fraction of each.
 /// Pixel rows covered by bitmap row `row` (rows from `r0`, `rh` rows per
 /// pixel, `height` pixels), with the fraction of each covered.
 fn pixel_rows(row: usize, r0: f64, rh: f64, height: usize) -> PixelRows {
@@ -340,6 +339,7 @@ fn ceil_of_non_negative(x: f64) -> u64 {
     if (t as f64) < x { t + 1 } else { t }
 }
 
+/// The pixel rows a bitmap row covers, with the fraction of each.
 struct PixelRows {
     y0: f64,
     y1: f64,

@@ -191,28 +191,6 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     )
     .add_plugins((EguiPlugin::default(), egui_shader::EguiShaderPlugin))
     .add_systems(Startup, spawn_camera);
-    if std::env::var_os("LT_EXP_AREA").is_some() {
-        app.add_systems(Last, |q: Query<&bevy_egui::EguiRenderOutput>| {
-            for out in &q {
-                let mut v = Vec::new();
-                for cp in &out.paint_jobs {
-                    if let bevy_egui::egui::epaint::Primitive::Mesh(m) = &cp.primitive {
-                        let mut mesh_area = 0.0f64;
-                        for t in m.indices.chunks(3) {
-                            let (a, b, c) = (
-                                m.vertices[t[0] as usize].pos,
-                                m.vertices[t[1] as usize].pos,
-                                m.vertices[t[2] as usize].pos,
-                            );
-                            mesh_area += (((b.x - a.x) * (c.y - a.y) - (c.x - a.x) * (b.y - a.y)) as f64).abs() / 2.0;
-                        }
-                        v.push((m.indices.len() / 3, mesh_area as u64, format!("{:?}", m.texture_id), cp.clip_rect));
-                    }
-                }
-                eprintln!("egui: {:?}", v);
-            }
-        });
-    }
     match options.compare.clone() {
         Some(b) => app.add_plugins(compare::ComparePlugin { options: options.clone(), b }),
         None if options.allocations => app.add_plugins(heap::HeapPlugin { options: options.clone() }),
@@ -285,7 +263,9 @@ impl Plugin for ViewerPlugin {
 
 /// The one camera egui draws with. No multisampling: every shape is an
 /// axis-aligned rectangle or text, and on a CPU renderer (lavapipe) 4x
-/// MSAA multiplies the cost of every frame.
+/// MSAA multiplies the cost of every frame. The clear colour is the views'
+/// background ([`paint::background`]): the panels under the pictures have
+/// no fill of their own.
 fn spawn_camera(mut c: Commands) {
     let [r, g, b, _] = paint::background().to_array();
     c.insert_resource(ClearColor(Color::srgb_u8(r, g, b)));

@@ -20,8 +20,8 @@ pub fn c32(c: [f64; 3]) -> egui::Color32 {
 }
 
 /// The colour behind every view: the bitmap's background, and the colour
-/// the renderer clears each frame to ([`crate::run`] makes it the
-/// `ClearColor`).
+/// the renderer clears each frame to (the `ClearColor` the camera is
+/// spawned with).
 pub fn background() -> egui::Color32 {
     c32(Palette::default().background)
 }
