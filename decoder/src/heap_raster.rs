@@ -23,7 +23,7 @@ use std::collections::HashMap;
 
 use crate::allocations::AllocationRecord;
 use crate::heap::{SizeClass, address_regions, extent, is_heap_block};
-use crate::raster::{Colour, Coverage, Image, frame_colour};
+use crate::raster::{Colour, Image, frame_colour, spare_grids};
 
 /// Fewest pixels a region gets.
 pub const MIN_REGION_PX: f64 = 6.0;
@@ -334,10 +334,10 @@ pub fn render_heap(
     let mut image = Image::new(w, h, BACKGROUND);
     // Malloc's blocks, and the custom allocators' drawn over them.
     let pixels = w as usize * main_h as usize;
-    let mut cells = vec![Coverage::default(); pixels];
+    let mut cells = spare_grids::take(pixels);
     // Custom allocators' blocks, over malloc's: a second layer only when
     // there are some (40 bytes a pixel: 70 MB at 1920x1000).
-    let mut inner = vec![Coverage::default(); if drawn.iter().any(|r| r.allocator.is_some()) { pixels } else { 0 }];
+    let mut inner = if drawn.iter().any(|r| r.allocator.is_some()) { spare_grids::take(pixels) } else { Vec::new() };
     let window = TimeWindow { from, span, width: w };
     let x_of = |t: f64| window.x(t).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
@@ -384,9 +384,17 @@ pub fn render_heap(
     for y in 0..main_h {
         for x in 0..w {
             let i = y as usize * w as usize + x as usize;
+            let inner_cell = inner.get(i).filter(|c| !c.is_empty());
+            if cells[i].is_empty() && inner_cell.is_none() {
+                continue; // the background `image` was filled with
+            }
             let under = cells[i].resolve(BACKGROUND, view.alpha);
-            image.set(x, y, inner.get(i).map_or(under, |c| c.resolve(under, view.alpha)));
+            image.set(x, y, inner_cell.map_or(under, |c| c.resolve(under, view.alpha)));
         }
+    }
+    spare_grids::give_back(cells);
+    if !inner.is_empty() {
+        spare_grids::give_back(inner);
     }
     for pair in bands.windows(2) {
         let (from, to) = (pair[0].bottom, pair[1].top);
