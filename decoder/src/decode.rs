@@ -81,7 +81,7 @@ pub(crate) fn decode(
     };
     let outcome = events.run(reader, &mut report);
     // Closing the channels ends the other stages.
-    let sent = std::mem::replace(&mut events.set, StageSender::closed()).finish();
+    let sent = std::mem::replace(&mut events.stages, StageSender::closed()).finish();
     let set = set_stage.join().map_err(|_| DecodeError::Corrupt("the working-set thread failed".into()))?;
     let cache = cache_stage.join().map_err(|_| DecodeError::Corrupt("the cache-simulation thread failed".into()))?;
     let (reader, end) = outcome?;
@@ -442,7 +442,8 @@ struct EventStage {
     /// The thread whose events make the columns (`None`: every thread's).
     timeline: Option<u32>,
     column: u64,
-    set: StageSender,
+    /// The working-set and cache stages.
+    stages: StageSender,
     reuse: ReuseQueue,
     threads: Vec<ThreadState>,
     /// Index in `threads` of the last event's thread.
@@ -479,11 +480,11 @@ struct EventStage {
 }
 
 impl EventStage {
-    fn new(options: DecodeOptions, timeline: Option<u32>, set: StageSender) -> Self {
+    fn new(options: DecodeOptions, timeline: Option<u32>, stages: StageSender) -> Self {
         EventStage {
             timeline,
             column: 0,
-            set,
+            stages,
             reuse: ReuseQueue::default(),
             threads: Vec::new(),
             current: 0,
@@ -612,11 +613,11 @@ impl EventStage {
                 i += 1;
                 i % 2 == 1
             });
-            self.set.send(SetOp::ThinSnapshots);
+            self.stages.send(SetOp::ThinSnapshots);
             self.snapshot_every *= 2;
         }
         self.snapshots.push(SnapshotPlace { column: self.column, chunk, stacks: self.calls.open_stacks() });
-        self.set.send(SetOp::Snapshot);
+        self.stages.send(SetOp::Snapshot);
     }
 
     #[inline]
@@ -662,7 +663,7 @@ impl EventStage {
             if let Some(b) = block {
                 self.allocations[b].reads += 1;
             }
-            self.set.send(SetOp::Read { addr: a.addr, size: a.size, site: a.site });
+            self.stages.send(SetOp::Read { addr: a.addr, size: a.size, site: a.site });
             for line in first..=last {
                 self.reuse.read(line, t);
             }
@@ -673,7 +674,7 @@ impl EventStage {
                 self.reuse.write(line, t);
             }
             if !a.reads {
-                self.set.send(SetOp::Write { addr: a.addr, size: a.size, site: a.site });
+                self.stages.send(SetOp::Write { addr: a.addr, size: a.size, site: a.site });
             }
         }
     }
@@ -794,7 +795,7 @@ impl EventStage {
                     this.allocations[i].free_column = Some(this.column);
                     this.allocations[i].free_event = Some(event);
                     this.last_freed = Some(i);
-                    this.set.send(SetOp::Free { start: ptr });
+                    this.stages.send(SetOp::Free { start: ptr });
                 }
                 None => this.metrics.foreign_frees += 1,
             }
@@ -813,7 +814,7 @@ impl EventStage {
         }
         let index = self.allocations.len();
         let record = self.new_record(thread, a, event, None);
-        self.set.send(SetOp::Alloc { start: record.address, end: record.end() });
+        self.stages.send(SetOp::Alloc { start: record.address, end: record.end() });
         self.last_created = Some(index);
         self.allocations.push(record);
         if let Some(old) = self.live.insert(a.ptr_out, index) {

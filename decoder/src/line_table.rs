@@ -76,10 +76,9 @@ impl<V: Copy + Default> LineTable<V> {
         crate::prefetch::prefetch(&self.slots[self.home(line)]);
     }
 
-    /// The value of `line`, inserted as `V::default()` if it is new; true
-    /// when it was inserted.
+    /// The value of `line`, inserted as `V::default()` if it is new.
     #[inline]
-    pub fn entry(&mut self, line: u64) -> (&mut V, bool) {
+    pub fn entry(&mut self, line: u64) -> &mut V {
         debug_assert_ne!(line, EMPTY);
         // At most half full: probes stay short.
         if (self.len + 1) * 2 > self.slots.len() {
@@ -90,12 +89,12 @@ impl<V: Copy + Default> LineTable<V> {
         loop {
             let key = self.slots[i].0;
             if key == line {
-                return (&mut self.slots[i].1, false);
+                return &mut self.slots[i].1;
             }
             if key == EMPTY {
                 self.slots[i].0 = line;
                 self.len += 1;
-                return (&mut self.slots[i].1, true);
+                return &mut self.slots[i].1;
             }
             i = (i + PROBE_STEP) & mask;
         }
@@ -132,7 +131,7 @@ impl<V: Copy + Default> LineTable<V> {
         let old = std::mem::replace(&mut self.slots, doubled);
         self.len = 0;
         for (line, value) in old.into_iter().filter(|(k, _)| *k != EMPTY) {
-            *self.entry(line).0 = value;
+            *self.entry(line) = value;
         }
     }
 }
@@ -157,9 +156,9 @@ mod tests {
                 _ => (seed >> 20) % 40_000,
             };
             table.prefetch(line);
-            let (v, new) = table.entry(line);
-            assert_eq!(new, !reference.contains_key(&line), "line {line}");
-            *v += i;
+            let before = table.len();
+            *table.entry(line) += i;
+            assert_eq!(table.len() > before, !reference.contains_key(&line), "line {line}");
             *reference.entry(line).or_insert(0) += i;
         }
         assert_eq!(table.len(), reference.len());

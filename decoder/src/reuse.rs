@@ -135,7 +135,7 @@ impl ReuseDistance {
         }
         let now = self.now;
         self.now += 1;
-        let (entry, _) = self.lines.entry(line);
+        let entry = self.lines.entry(line);
         let prev = std::mem::replace(&mut entry.last_read, now);
         let new_thread = mark_thread(&mut entry.threads, thread);
         if new_thread {
@@ -172,7 +172,7 @@ impl ReuseDistance {
         if self.last == Some((line, thread)) {
             return;
         }
-        let (entry, _) = self.lines.entry(line);
+        let entry = self.lines.entry(line);
         if mark_thread(&mut entry.threads, thread) {
             self.note_overflow(line, thread);
         }

@@ -45,8 +45,9 @@ const IDLE_WAIT: Duration = Duration::from_millis(250);
 
 /// Time between frames while a trace decodes (input still draws at once):
 /// the progress bar moves twice a second. Continuous frames (~100 ms of CPU
-/// each at 1920x1080 on lavapipe) took one of the two cores and doubled
-/// the time to the decoded trace; five a second still took a third of it.
+/// each at 1920x1080 on lavapipe then, about 40 ms since the panels lost
+/// their fills and egui's shader its `pow`) took one of the two cores and
+/// doubled the time to the decoded trace; five a second took a third.
 pub const LOADING_FRAME: Duration = Duration::from_millis(500);
 
 /// Paces the window's frames by [`Activity`].

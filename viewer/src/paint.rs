@@ -29,8 +29,8 @@ pub fn background() -> egui::Color32 {
 /// The central panel of every mode, without a fill of its own: the clear
 /// colour ([`background`]) is its background. On a CPU renderer (lavapipe)
 /// every layer costs its pixels: a panel fill and a view's background under
-/// a picture that covers them made three layers of the whole window, and
-/// the frame cost about three times what the pictures alone do.
+/// a picture that covers them made three layers of the whole window, about
+/// half of a frame's cost.
 pub fn central_panel(ctx: &egui::Context) -> egui::CentralPanel {
     egui::CentralPanel::default()
         .frame(egui::Frame::central_panel(&ctx.global_style()).fill(egui::Color32::TRANSPARENT))
