@@ -84,7 +84,44 @@ fn step_over_syscall(tid: Tid, at: u64, set_aside: &mut Vec<i32>) -> std::io::Re
 
 /// The address of `0f 05` bytes in executable memory of `pid`: in the vDSO
 /// first, else in any executable file mapping.
+///
+/// Every call into the target needs one, and reading the memory map costs
+/// about half of such a call. The vDSO is one image for every process of
+/// this kernel: where the bytes are in it is found once, and its address in
+/// `pid` comes from the auxiliary vector, which an `exec` renews (the bytes
+/// are checked there each time).
 fn find_syscall_instruction(pid: Tid) -> Option<u64> {
+    static IN_VDSO: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let vdso = vdso_address(pid);
+    if let (Some(vdso), Some(&offset)) = (vdso, IN_VDSO.get()) {
+        let mut bytes = [0u8; 2];
+        let at = vdso + offset;
+        if sys::read_memory(pid, at, &mut bytes).is_ok_and(|n| n == 2) && bytes == [0x0f, 0x05] {
+            return Some(at);
+        }
+    }
+    let at = scan_for_syscall_instruction(pid)?;
+    if let Some(offset) = vdso.and_then(|v| at.checked_sub(v)).filter(|&o| o < VDSO_MAX_BYTES) {
+        let _ = IN_VDSO.set(offset);
+    }
+    Some(at)
+}
+
+/// Generous bound on the vDSO's size (two pages on x86-64 today).
+const VDSO_MAX_BYTES: u64 = 1 << 16;
+
+/// Where the vDSO of `pid` is mapped (`AT_SYSINFO_EHDR`), if it has one.
+fn vdso_address(pid: Tid) -> Option<u64> {
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    auxv.chunks_exact(16).find_map(|pair| {
+        let key = u64::from_le_bytes(pair[..8].try_into().ok()?);
+        let value = u64::from_le_bytes(pair[8..].try_into().ok()?);
+        (key == libc::AT_SYSINFO_EHDR).then_some(value)
+    })
+}
+
+/// [`find_syscall_instruction`] the slow way: through the memory map.
+fn scan_for_syscall_instruction(pid: Tid) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     let mut executable: Vec<(u64, u64, bool)> = text
         .lines()

@@ -8,6 +8,7 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use decoder::symbols::elf::scan_functions;
 use decoder::symbols::{ElfSymbols, SymbolError, SymbolPaths};
 use iced_x86::{FlowControl, InstructionInfoFactory};
 use trace_rt::format::{
@@ -809,16 +810,28 @@ impl Tracer {
         }
     }
 
-    /// Loads the module map and the allocator and function symbols of every
+    /// Loads the module map and the allocator and function entries of every
     /// module. Done at the first entry hit, when the libraries are mapped.
     fn load_modules(&mut self) -> Result<(), InstrumentError> {
         self.modules_loaded = true;
-        let loaded = load_modules(self.pid)?;
-        for m in &loaded {
-            for f in &m.symbols.functions {
-                let addr = f.address.wrapping_add(m.bias);
+        let mut modules = maps::read_maps(self.pid).map_err(ptrace_err("reading the target's memory map"))?;
+        let paths = SymbolPaths::default();
+        let mut entries = Vec::new();
+        modules.retain_mut(|module| {
+            entries.clear();
+            let scanned = scan_functions(Path::new(&module.path), &paths, |address, raw| {
+                entries.push((address, allocator_kind(raw)));
+            });
+            // A module that cannot be read (deleted, special) has no
+            // functions to trace or name.
+            let Ok(placement) = scanned else { return false };
+            let bias = placement.load_bias(module);
+            module.build_id = placement.build_id;
+            self.function_starts.reserve(entries.len());
+            for &(address, kind) in &entries {
+                let addr = address.wrapping_add(bias);
                 self.function_starts.insert(addr);
-                if let Some(kind) = allocator_kind(&f.raw) {
+                if let Some(kind) = kind {
                     // Aliases of one function (glibc's aligned_alloc is
                     // memalign) cannot be told apart by address: the
                     // earlier kind in AllocKind's order names them.
@@ -828,8 +841,8 @@ impl Tracer {
                     }
                 }
             }
-        }
-        let modules: Vec<_> = loaded.into_iter().map(|m| m.module).collect();
+            true
+        });
         self.writer.add_modules(&modules)?;
         Ok(())
     }

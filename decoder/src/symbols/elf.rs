@@ -169,61 +169,29 @@ impl ElfSymbols {
 
     /// Like [`ElfSymbols::load`], from a mapped file.
     pub fn parse(data: &[u8], path: &Path, paths: &SymbolPaths) -> Result<Self, SymbolError> {
-        let wrong_machine = |arch: object::Architecture| match arch {
-            object::Architecture::Unknown => SymbolError::NoMachine(path.to_path_buf()),
-            arch => SymbolError::WrongArchitecture { path: path.to_path_buf(), arch: format!("{arch:?}") },
-        };
-        let file = ElfFile64::<Endianness>::parse(data).map_err(|cause| match object::File::parse(data) {
-            Ok(other) if other.architecture() != object::Architecture::X86_64 => wrong_machine(other.architecture()),
-            _ => SymbolError::Parse { path: path.to_path_buf(), cause },
-        })?;
-        if file.architecture() != object::Architecture::X86_64 {
-            return Err(wrong_machine(file.architecture()));
-        }
+        let file = parse_x86_64(data, path)?;
         let mut functions = function_symbols(&file);
         let mut variables = data_symbols(&file);
         let has_symtab = file.symbols().any(|s| s.kind() == SymbolKind::Text && !s.is_undefined());
-        let build_id = file.build_id().ok().flatten().map(hex);
-        let mut debug_file = None;
-        if let Some(id) = file.build_id().ok().flatten() {
-            for root in &paths.debug_roots {
-                let Some(p) = build_id_path(root, id) else { continue };
-                if let Ok(debug) = map_elf(&p) {
-                    if let Ok(debug_elf) = ElfFile64::<Endianness>::parse(&*debug) {
-                        functions.extend(function_symbols(&debug_elf));
-                        variables.extend(data_symbols(&debug_elf));
-                    }
-                    debug_file = Some(p);
-                    break;
-                }
-            }
-        }
-        if let Some(mini) = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()) {
-            if let Some(inner) = decompress_xz(mini) {
-                if let Ok(inner_elf) = ElfFile64::<Endianness>::parse(&*inner) {
-                    functions.extend(function_symbols(&inner_elf));
-                    variables.extend(data_symbols(&inner_elf));
-                }
-            }
-        }
+        let extra = ExtraSymbolFiles::find(&file, paths);
+        extra.for_each(|elf| {
+            functions.extend(function_symbols(elf));
+            variables.extend(data_symbols(elf));
+        });
         functions.extend(plt_stubs(&file));
         sort_aliases(&mut functions);
         variables.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)).then(a.name.cmp(&b.name)));
         variables.dedup_by(|a, b| a.address == b.address);
+        let placement = Placement::of(&file);
         Ok(ElfSymbols {
             functions,
             has_symtab,
-            build_id,
-            position_independent: file.kind() == object::ObjectKind::Dynamic,
-            first_segment_address: file
-                .segments()
-                .filter(|s| s.size() > 0)
-                .map(|s| s.address() & !0xfff)
-                .min()
-                .unwrap_or(0),
+            build_id: placement.build_id,
+            position_independent: placement.position_independent,
+            first_segment_address: placement.first_segment_address,
             entry: file.entry(),
             got_slots: got_slots(&file),
-            debug_file,
+            debug_file: extra.debug.map(|d| d.path),
             variables,
         })
     }
@@ -231,10 +199,7 @@ impl ElfSymbols {
     /// What to add to a link-time address of this file to get its address
     /// in a process where it is mapped as `module`.
     pub fn load_bias(&self, module: &Module) -> u64 {
-        if !self.position_independent {
-            return 0;
-        }
-        module_base(module).unwrap_or(0).wrapping_sub(self.first_segment_address)
+        load_bias(self.position_independent, self.first_segment_address, module)
     }
 
     /// The variable containing link-time `address`.
@@ -259,23 +224,145 @@ pub fn module_base(module: &Module) -> Option<u64> {
     module.ranges.iter().find(|r| r.file_offset == 0).map(|r| r.start)
 }
 
-/// Function symbols of `.symtab` and `.dynsym`, unsized ones bounded by
-/// their section.
-fn function_symbols(file: &ElfFile64<'_, Endianness>) -> Vec<FunctionSymbol> {
-    let mut functions: Vec<FunctionSymbol> = file
-        .symbols()
+/// The one rule of [`ElfSymbols::load_bias`] and [`Placement::load_bias`].
+fn load_bias(position_independent: bool, first_segment_address: u64, module: &Module) -> u64 {
+    if !position_independent {
+        return 0;
+    }
+    module_base(module).unwrap_or(0).wrapping_sub(first_segment_address)
+}
+
+/// Where an ELF file's addresses land in a process, and which build it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// GNU build-id, lowercase hex.
+    pub build_id: Option<String>,
+    /// Whether the file is position independent (needs a load bias).
+    pub position_independent: bool,
+    /// Lowest virtual address of a loadable segment, page-aligned.
+    pub first_segment_address: u64,
+}
+
+impl Placement {
+    fn of(file: &ElfFile64<'_, Endianness>) -> Self {
+        Placement {
+            build_id: file.build_id().ok().flatten().map(hex),
+            position_independent: file.kind() == object::ObjectKind::Dynamic,
+            first_segment_address: file
+                .segments()
+                .filter(|s| s.size() > 0)
+                .map(|s| s.address() & !0xfff)
+                .min()
+                .unwrap_or(0),
+        }
+    }
+
+    /// What to add to a link-time address of this file to get its address
+    /// in a process where it is mapped as `module`.
+    pub fn load_bias(&self, module: &Module) -> u64 {
+        load_bias(self.position_independent, self.first_segment_address, module)
+    }
+}
+
+/// Visits the link-time address and stored (mangled) name of every function
+/// symbol of the ELF file at `path`, from the same tables as
+/// [`ElfSymbols::load`] (PLT entries included), in no particular order and
+/// possibly more than once; returns the file's placement.
+///
+/// This is what a recorder needs when the traced function starts (entry
+/// points for tail calls, allocator entries by name): it neither demangles,
+/// sorts nor keeps names, which makes it about ten times cheaper than
+/// [`ElfSymbols::load`] on glibc with its debug symbols, a cost every
+/// recording pays before the program runs on.
+pub fn scan_functions(
+    path: &Path,
+    paths: &SymbolPaths,
+    mut visit: impl FnMut(u64, &str),
+) -> Result<Placement, SymbolError> {
+    let data = map_elf(path)?;
+    let file = parse_x86_64(&data, path)?;
+    let mut visit_file = |elf: &ElfFile64<'_, Endianness>| {
+        for (symbol, name) in defined_functions(elf) {
+            visit(symbol.address(), name);
+        }
+    };
+    visit_file(&file);
+    ExtraSymbolFiles::find(&file, paths).for_each(&mut visit_file);
+    for stub in plt_stubs(&file) {
+        visit(stub.address, &stub.raw);
+    }
+    Ok(Placement::of(&file))
+}
+
+/// Parses `data` as an x86-64 ELF file, saying what else it is when not.
+fn parse_x86_64<'d>(data: &'d [u8], path: &Path) -> Result<ElfFile64<'d, Endianness>, SymbolError> {
+    let wrong_machine = |arch: object::Architecture| match arch {
+        object::Architecture::Unknown => SymbolError::NoMachine(path.to_path_buf()),
+        arch => SymbolError::WrongArchitecture { path: path.to_path_buf(), arch: format!("{arch:?}") },
+    };
+    let file = ElfFile64::<Endianness>::parse(data).map_err(|cause| match object::File::parse(data) {
+        Ok(other) if other.architecture() != object::Architecture::X86_64 => wrong_machine(other.architecture()),
+        _ => SymbolError::Parse { path: path.to_path_buf(), cause },
+    })?;
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(wrong_machine(file.architecture()));
+    }
+    Ok(file)
+}
+
+/// The symbol tables a module keeps outside its own: the separate debug
+/// file found by build-id, and MiniDebugInfo.
+struct ExtraSymbolFiles {
+    debug: Option<MappedElf>,
+    mini: Option<Vec<u8>>,
+}
+
+impl ExtraSymbolFiles {
+    fn find(file: &ElfFile64<'_, Endianness>, paths: &SymbolPaths) -> Self {
+        let debug = file.build_id().ok().flatten().and_then(|id| {
+            paths.debug_roots.iter().find_map(|root| build_id_path(root, id).and_then(|p| map_elf(&p).ok()))
+        });
+        let mini = file.section_by_name(".gnu_debugdata").and_then(|s| s.data().ok()).and_then(decompress_xz);
+        ExtraSymbolFiles { debug, mini }
+    }
+
+    /// Calls `f` with each of them that parses.
+    fn for_each(&self, mut f: impl FnMut(&ElfFile64<'_, Endianness>)) {
+        let debug = self.debug.as_deref();
+        for data in debug.into_iter().chain(self.mini.as_deref()) {
+            if let Ok(elf) = ElfFile64::<Endianness>::parse(data) {
+                f(&elf);
+            }
+        }
+    }
+}
+
+/// The function symbols of `.symtab` and `.dynsym` worth a name: defined,
+/// at a non-zero address, named. The one filter behind
+/// [`function_symbols`] and [`scan_functions`].
+fn defined_functions<'f, 'd>(
+    file: &'f ElfFile64<'d, Endianness>,
+) -> impl Iterator<Item = (object::read::elf::ElfSymbol64<'d, 'f, Endianness>, &'d str)> {
+    file.symbols()
         .chain(file.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
         .filter_map(|s| {
-            let raw = s.name().ok().filter(|n| !n.is_empty())?;
-            Some(FunctionSymbol {
-                raw: raw.to_string(),
-                name: demangle(raw),
-                address: s.address(),
-                size: s.size(),
-                ifunc: s.elf_symbol().st_type() == elf::STT_GNU_IFUNC,
-                global: s.is_global(),
-            })
+            let name = s.name().ok().filter(|n| !n.is_empty())?;
+            Some((s, name))
+        })
+}
+
+/// Function symbols of `.symtab` and `.dynsym`, unsized ones bounded by
+/// their section.
+fn function_symbols(file: &ElfFile64<'_, Endianness>) -> Vec<FunctionSymbol> {
+    let mut functions: Vec<FunctionSymbol> = defined_functions(file)
+        .map(|(s, raw)| FunctionSymbol {
+            raw: raw.to_string(),
+            name: demangle(raw),
+            address: s.address(),
+            size: s.size(),
+            ifunc: s.elf_symbol().st_type() == elf::STT_GNU_IFUNC,
+            global: s.is_global(),
         })
         .collect();
     // Unsized symbols (assembly labels such as `_init`) would otherwise
@@ -453,4 +540,41 @@ pub fn build_id_of(path: &Path) -> Result<Option<String>, SymbolError> {
     let data = map_elf(path)?;
     let file = object::File::parse(&*data).map_err(|cause| SymbolError::Parse { path: path.to_path_buf(), cause })?;
     Ok(file.build_id().ok().flatten().map(hex))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The files this test process runs: itself (Rust, with a PLT) and the
+    /// C library it links (with its separate debug file where installed).
+    fn running_files() -> Vec<PathBuf> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own memory map");
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so"));
+        std::iter::once(std::env::current_exe().expect("own path")).chain(libc.map(PathBuf::from)).collect()
+    }
+
+    #[test]
+    fn scanning_finds_exactly_the_functions_loading_finds() {
+        let paths = SymbolPaths::default();
+        let files = running_files();
+        assert_eq!(files.len(), 2, "the test binary and libc: {files:?}");
+        for path in files {
+            let loaded = ElfSymbols::load(&path, &paths).expect("loads");
+            let want: BTreeSet<(u64, String)> = loaded.functions.iter().map(|f| (f.address, f.raw.clone())).collect();
+            let mut got = BTreeSet::new();
+            let placement = scan_functions(&path, &paths, |address, raw| {
+                got.insert((address, raw.to_string()));
+            })
+            .expect("scans");
+            assert!(want.len() > 100, "{}: only {} functions", path.display(), want.len());
+            let differ: Vec<_> = want.symmetric_difference(&got).take(5).collect();
+            assert!(differ.is_empty(), "{}: found by only one of the two: {differ:?}", path.display());
+            let same = (loaded.build_id.clone(), loaded.position_independent, loaded.first_segment_address);
+            let scanned = (placement.build_id, placement.position_independent, placement.first_segment_address);
+            assert_eq!(scanned, same, "{}", path.display());
+        }
+    }
 }

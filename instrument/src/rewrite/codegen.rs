@@ -670,7 +670,8 @@ pub fn routines(at_address: u64, tags: &mut dyn Tags, fsgsbase: bool) -> Result<
         |column: i64| MemoryOperand::new(Register::None, Register::RAX, 2, TABLE + column, 8, false, Register::GS);
     let r: Built = (|| {
         // Dispatcher: compare the target with the entry's key without
-        // touching the flags (lea adds the negated key, jrcxz tests zero).
+        // touching the flags (see `layout::table_key`: target + key + 1 is
+        // zero for a hit, which jrcxz tests).
         t.e.marks.push(t.e.out.len());
         t.e.bind(dispatch);
         t.e.spill(Register::RCX, slot::SPILL_RCX)?;
@@ -679,7 +680,7 @@ pub fn routines(at_address: u64, tags: &mut dyn Tags, fsgsbase: bool) -> Result<
         t.e.emit(Instruction::with2(Code::Movzx_r32_rm16, Register::EAX, Register::CX))?;
         t.e.lea(Register::RAX, index_times_8)?;
         t.e.emit(Instruction::with2(Code::Mov_r64_rm64, Register::RAX, entry(0)))?;
-        t.e.lea(Register::RCX, MemoryOperand::with_base_index(Register::RCX, Register::RAX))?;
+        t.e.lea(Register::RCX, MemoryOperand::new(Register::RCX, Register::RAX, 1, 1, 1, false, Register::None))?;
         let hit = t.e.label();
         t.e.emit(Instruction::with_branch(Code::Jrcxz_rel8_64, hit))?;
         t.e.marks.push(t.e.out.len());
@@ -840,6 +841,34 @@ mod tests {
                 encoded.code[offset as usize..][..STUB_BYTES].iter().all(|&b| b == 0xcc),
                 "stubs trap until linked"
             );
+        }
+    }
+
+    /// The dispatcher's flag-free compare (`lea rcx,[rcx+rax+d]`, then
+    /// `jrcxz`) and the table's keys must agree: every key hits its own
+    /// target, and an empty (zeroed) entry hits no address code can be at.
+    #[test]
+    fn dispatcher_compare_matches_table_keys_and_empty_entries_match_nothing() {
+        let at = 0x40_0000_0000;
+        let (encoded, routines) = routines(at, &mut RecordTable::default(), true).expect("routines encode");
+        let from = (routines.dispatch - at) as usize;
+        let mut decoder = Decoder::with_ip(64, &encoded.code[from..], routines.dispatch, DecoderOptions::NONE);
+        let listing: Vec<Instruction> = std::iter::from_fn(|| decoder.can_decode().then(|| decoder.decode())).collect();
+        let compare = listing
+            .windows(2)
+            .find(|w| w[0].mnemonic() == Mnemonic::Lea && w[1].mnemonic() == Mnemonic::Jrcxz)
+            .map(|w| w[0])
+            .expect("the dispatcher compares with lea and jrcxz");
+        assert_eq!(
+            (compare.op0_register(), compare.memory_base(), compare.memory_index()),
+            (Register::RCX, Register::RCX, Register::RAX),
+            "target (rcx) plus key (rax): {compare}"
+        );
+        let plus = compare.memory_displacement64();
+        for target in [0x40_1000u64, 0x5555_5555_4000, 0x7fff_f7dd_0123, 1, 0] {
+            let key = super::super::layout::table_key(target);
+            assert_eq!(target.wrapping_add(key).wrapping_add(plus), 0, "{target:#x} misses its own entry");
+            assert_ne!(target.wrapping_add(0).wrapping_add(plus), 0, "{target:#x} hits an empty entry");
         }
     }
 }

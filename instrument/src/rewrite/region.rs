@@ -16,7 +16,6 @@ use crate::sys::{self, Tid};
 const SYS_CLOSE: u64 = 3;
 const SYS_MMAP: u64 = 9;
 const SYS_MPROTECT: u64 = 10;
-const SYS_FTRUNCATE: u64 = 77;
 const SYS_MEMFD_CREATE: u64 = 319;
 /// Where a region that need not be near code goes: 32 TiB, between the
 /// executable (at 0x5555_5555_4000 without ASLR, 0x55.. or 0x56.. with)
@@ -59,15 +58,14 @@ impl SharedRegion {
     }
 
     fn map(pid: Tid, tid: Tid, fd: u64, len: u64, prot: i32, near: Option<u64>) -> Result<Self, InstrumentError> {
-        let ret = inject::syscall(pid, tid, SYS_FTRUNCATE, [fd, len, 0, 0, 0, 0])?;
-        if let Some(e) = failed("sizing shared memory in the target", ret) {
-            return Err(e);
-        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(format!("/proc/{pid}/fd/{fd}"))
             .map_err(ptrace_err("opening the target's shared memory"))?;
+        // The memfd is one file however opened: sized from here, it costs
+        // no system call made through the target.
+        file.set_len(len).map_err(ptrace_err("sizing the target's shared memory"))?;
         // SAFETY: the file is a memfd only linetrace and the target map; the
         // target writes records into it concurrently, which is why records
         // are only read between a stop of the writing thread and its resume.

@@ -617,15 +617,12 @@ impl Tracer {
                 Some(region) => region,
                 None => {
                     let prot = libc::PROT_READ | libc::PROT_WRITE;
-                    let mut region = SharedRegion::create(self.pid, tid, layout::THREAD_REGION_BYTES, prot, None)?;
+                    let region = SharedRegion::create(self.pid, tid, layout::THREAD_REGION_BYTES, prot, None)?;
                     for h in 0..2 {
                         region.protect_none(self.pid, tid, layout::guard(h), 4096)?;
                     }
-                    // Empty entries hold a key no target has (all ones,
-                    // negated: 1).
-                    for i in 0..layout::TABLE_ENTRIES {
-                        region.set_word(layout::TABLE as u64 + 16 * i, 1);
-                    }
+                    // The dispatch table starts empty: zeros (see
+                    // `layout::table_key`).
                     region
                 }
             };
@@ -658,7 +655,7 @@ impl Tracer {
     fn add_to_table(&mut self, tid: Tid, target: u64, translated: u64) {
         if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
             let entry = layout::TABLE as u64 + 16 * (target & (layout::TABLE_ENTRIES - 1));
-            stream.region.set_word(entry, target.wrapping_neg());
+            stream.region.set_word(entry, layout::table_key(target));
             stream.region.set_word(entry + 8, translated);
         }
     }
