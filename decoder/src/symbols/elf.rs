@@ -271,9 +271,9 @@ impl Placement {
 ///
 /// This is what a recorder needs when the traced function starts (entry
 /// points for tail calls, allocator entries by name): it neither demangles,
-/// sorts nor keeps names, which makes it about ten times cheaper than
-/// [`ElfSymbols::load`] on glibc with its debug symbols, a cost every
-/// recording pays before the program runs on.
+/// sorts nor keeps names. On glibc with its debug file that is ~0.4 ms
+/// against ~4 ms for [`ElfSymbols::load`], a cost every recording pays
+/// while the program waits at the function's entry.
 pub fn scan_functions(
     path: &Path,
     paths: &SymbolPaths,
