@@ -139,6 +139,7 @@ fn rewrite_traces_equal_ptrace_traces_and_programs_run_as_natively() {
         (Example::C("array_sweep", &[]), "work", &[]),
         (Example::C("array_sweep", &["-static"]), "work", &[]),
         (Example::C("recursion", &[]), "main", &[]),
+        (Example::C("tree_walk", &[]), "visit", &[]),
         (Example::C("string_ops", &[]), "main", &[]),
         (Example::C("list_vs_array", &[]), "main", &[]),
         (Example::C("matmul", &[]), "main", &[]),

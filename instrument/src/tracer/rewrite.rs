@@ -76,6 +76,13 @@ struct TracedInvocation {
     index: u32,
     /// The stack pointer at entry: a return above it left the function.
     entry_sp: u64,
+    /// The return address at entry. It never enters the thread's dispatch
+    /// table: code of the caller may run inside the invocation too (the
+    /// function calls its caller, which calls it again), and a return found
+    /// there would carry the outermost return on, translated, past the end
+    /// of the invocation. Every return to it traps, and the stack pointer
+    /// tells the inner ones from the last.
+    returns_to: u64,
     ticker: Ticker,
     /// A signal is being delivered with a single step.
     delivering: bool,
@@ -185,6 +192,11 @@ impl Ticker {
     }
 }
 
+/// Offset in a thread region of the dispatch table entry for `target`.
+fn table_entry(target: u64) -> u64 {
+    layout::TABLE as u64 + 16 * (target & (layout::TABLE_ENTRIES - 1))
+}
+
 /// The thread region is made before any translated code runs; its absence
 /// is a bug here.
 fn no_buffer() -> InstrumentError {
@@ -221,13 +233,15 @@ impl Tracer {
         let entry_sp = regs.rsp;
         self.writer.push(tid as u32, &Event::InvocationStart { index, pc: regs.rip, sp: entry_sp })?;
         let gs_base = self.thread_stream(tid)?;
+        let returns_to = sys::peek(tid, entry_sp).map_err(ptrace_err("reading the return address"))?;
+        // An earlier invocation may have learnt it inside.
+        self.remove_from_table(tid, returns_to);
         regs.rip = self.translate(tid, regs.rip)?;
         regs.gs_base = gs_base;
         sys::set_regs(tid, &regs).map_err(ptrace_err("entering the code cache"))?;
         let ticker = Ticker::start(self.pid, tid);
-        self.rewriter
-            .active
-            .insert(tid, TracedInvocation { index, entry_sp, ticker, delivering: false, deferred: None });
+        let invocation = TracedInvocation { index, entry_sp, returns_to, ticker, delivering: false, deferred: None };
+        self.rewriter.active.insert(tid, invocation);
         sys::resume(tid, 0).map_err(ptrace_err("running translated code"))
     }
 
@@ -349,7 +363,7 @@ impl Tracer {
             let target = stream.region.word(slot::TARGET as u64);
             regs.rcx = stream.region.word(slot::SPILL_RCX as u64);
             regs.rax = stream.region.word(slot::SPILL_RAX as u64);
-            let entry_sp = self.rewriter.active.get(&tid).map_or(0, |t| t.entry_sp);
+            let (entry_sp, returns_to) = self.rewriter.active.get(&tid).map_or((0, 0), |t| (t.entry_sp, t.returns_to));
             if regs.rsp > entry_sp {
                 // Returned (or jumped) out of the traced call.
                 regs.rip = target;
@@ -362,7 +376,7 @@ impl Tracer {
             let translated = self.translate(tid, target)?;
             if self.rewriter.trampolines.contains(&target) {
                 self.leaving_handler(tid, regs.rsp)?;
-            } else {
+            } else if target != returns_to {
                 self.add_to_table(tid, target, translated);
             }
             regs.rip = translated;
@@ -654,10 +668,21 @@ impl Tracer {
         }
     }
 
+    /// Empties `tid`'s dispatch table entry for `target`, if it holds it.
+    fn remove_from_table(&mut self, tid: Tid, target: u64) {
+        if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
+            let entry = table_entry(target);
+            if stream.region.word(entry) == layout::table_key(target) {
+                stream.region.set_word(entry, 0);
+                stream.region.set_word(entry + 8, 0);
+            }
+        }
+    }
+
     /// Points `tid`'s dispatch table entry for `target` at `translated`.
     fn add_to_table(&mut self, tid: Tid, target: u64, translated: u64) {
         if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
-            let entry = layout::TABLE as u64 + 16 * (target & (layout::TABLE_ENTRIES - 1));
+            let entry = table_entry(target);
             stream.region.set_word(entry, layout::table_key(target));
             stream.region.set_word(entry + 8, translated);
         }
