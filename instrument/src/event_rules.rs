@@ -109,26 +109,62 @@ pub fn signal_to_pass_on(tid: i32, signo: i32) -> i32 {
     }
 }
 
+/// Signals whose default action is to do nothing.
+const IGNORED_BY_DEFAULT: [i32; 4] = [libc::SIGCHLD, libc::SIGURG, libc::SIGWINCH, libc::SIGCONT];
+/// Signals whose default action is to stop the process.
+const STOPPING: [i32; 4] = [libc::SIGSTOP, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+
+/// Whether delivering `signo` to thread `tid` ends its process: the program
+/// neither catches nor ignores it, and its default action terminates. Then
+/// nothing after the instruction it arrived at runs.
+pub fn signal_kills(tid: i32, signo: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|status| kills(&status, signo))
+}
+
+/// The bit of `signo` in a `/proc/PID/status` signal mask, if it has one.
+fn signal_bit(signo: i32) -> Option<u64> {
+    u32::try_from(signo - 1).ok().filter(|b| *b < 64).map(|b| 1u64 << b)
+}
+
+/// The signal mask `field` (`SigIgn:`, `SigCgt:`) of a `/proc/PID/status`.
+fn status_mask(status: &str, field: &str) -> u64 {
+    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()).unwrap_or(0)
+}
+
 /// Whether a process whose `/proc/PID/status` reads `status` ignores
 /// `signo`.
 fn ignores(status: &str, signo: i32) -> bool {
-    let mask = |field: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0)
-    };
-    let Some(bit) = u32::try_from(signo - 1).ok().filter(|b| *b < 64).map(|b| 1u64 << b) else {
+    let Some(bit) = signal_bit(signo) else {
         return false;
     };
-    let ignored_by_default = [libc::SIGCHLD, libc::SIGURG, libc::SIGWINCH, libc::SIGCONT].contains(&signo);
-    mask("SigIgn:") & bit != 0 || (ignored_by_default && mask("SigCgt:") & bit == 0)
+    status_mask(status, "SigIgn:") & bit != 0
+        || (IGNORED_BY_DEFAULT.contains(&signo) && status_mask(status, "SigCgt:") & bit == 0)
+}
+
+/// Whether `signo` ends a process whose `/proc/PID/status` reads `status`.
+fn kills(status: &str, signo: i32) -> bool {
+    let Some(bit) = signal_bit(signo) else {
+        return false;
+    };
+    let caught_or_ignored = (status_mask(status, "SigCgt:") | status_mask(status, "SigIgn:")) & bit != 0;
+    !caught_or_ignored && !IGNORED_BY_DEFAULT.contains(&signo) && !STOPPING.contains(&signo)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fatal_signals_are_those_neither_caught_nor_ignored_that_terminate() {
+        // SIGALRM (14) ignored, SIGCHLD (17) caught, SIGTRAP (5) caught.
+        let status = "Name:\tx\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000002000\nSigCgt:\t0000000000010010\n";
+        assert!(kills(status, libc::SIGSEGV));
+        assert!(kills(status, libc::SIGINT));
+        assert!(!kills(status, libc::SIGTRAP), "caught");
+        assert!(!kills(status, libc::SIGALRM), "ignored");
+        assert!(!kills(status, libc::SIGWINCH), "ignored by default");
+        assert!(!kills(status, libc::SIGTSTP), "stops");
+    }
 
     #[test]
     fn ignored_signals_come_from_the_status_masks() {

@@ -108,6 +108,11 @@ pub(super) struct Rewriter {
     /// Original address not translated yet -> the exit stubs that go to it,
     /// linked as soon as it is translated.
     awaiting: HashMap<u64, Vec<u64>>,
+    /// Where each instruction of a block starts to run (its copy, or the
+    /// code of a final transfer) -> (the block's start, how many of the
+    /// block's instructions, counted all at once on entering it, have not
+    /// run when a thread stands there).
+    not_run: BTreeMap<u64, (u64, u64)>,
     /// Exit stub -> the translation it was linked to: a thread can still
     /// trap on a stub another one had linked.
     linked: HashMap<u64, u64>,
@@ -668,6 +673,26 @@ impl Tracer {
         }
     }
 
+    /// How many instructions of the block a thread standing at cache
+    /// address `at` is in were counted but have not run (0 outside the
+    /// blocks).
+    pub(super) fn not_run_at(&self, at: u64) -> u64 {
+        match self.rewriter.not_run.range(at..).next() {
+            Some((_, &(block, n))) if block <= at => n,
+            _ => 0,
+        }
+    }
+
+    /// Takes back the count of what `tid`'s block has not run at cache
+    /// address `at`: the thread dies there (its records not drained yet).
+    pub(super) fn uncount_rest_of_block(&mut self, tid: Tid, at: u64) {
+        let n = self.not_run_at(at);
+        if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
+            let counter = stream.region.word(slot::COUNT as u64);
+            stream.region.set_word(slot::COUNT as u64, counter.wrapping_sub(n));
+        }
+    }
+
     /// Empties `tid`'s dispatch table entry for `target`, if it holds it.
     fn remove_from_table(&mut self, tid: Tid, target: u64) {
         if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
@@ -773,6 +798,14 @@ impl Tracer {
         // copied): copy i is instruction i.
         for (&(off, original), insn) in encoded.pcs.iter().zip(&insns) {
             rewriter.pcs.insert(at + u64::from(off), (original, insn.instr.next_ip()));
+        }
+        if !insns.is_empty() {
+            let copies = encoded.pcs.iter().map(|&(off, _)| off);
+            // Only a final transfer has no copy: it starts at its boundary.
+            let last = encoded.boundaries.get(encoded.pcs.len()).filter(|_| encoded.pcs.len() < insns.len());
+            let starts = copies.chain(last.copied());
+            let n = insns.len() as u64;
+            rewriter.not_run.extend(starts.zip(0..).map(|(off, i)| (at + u64::from(off), (at, n - i))));
         }
         rewriter.approximations += u64::from(encoded.approximations);
         rewriter.blocks += 1;

@@ -145,6 +145,11 @@ impl Tracer {
         let raised =
             self_sent || (signo == libc::SIGTRAP && info.is_some_and(|i| i.si_code == super::super::SI_KERNEL));
         let original = if raised && !synchronous { self.previous_pc(stopped_at) } else { self.original_pc(now_at) };
+        if event_rules::signal_kills(tid, signo) {
+            // The rest of the block, counted as the thread entered it, will
+            // not run: the ptrace recorder would not count it.
+            self.uncount_rest_of_block(tid, now_at);
+        }
         self.drain(tid, synchronous.then_some(original).flatten())?;
         self.writer.push(tid as u32, &Event::Signal { signo, pc: original.unwrap_or(now_at), addr })?;
         Ok(())
