@@ -293,6 +293,10 @@ impl Tracer {
                 }))
             }
             Stop::Signal { event: libc::PTRACE_EVENT_EXEC, .. } => {
+                // The execve, last of its block: its step never completes
+                // in the old program, and the ptrace recorder does not
+                // count it.
+                self.uncount(tid, 1);
                 self.end_translated(tid)?;
                 Ok(Some(InvocationEnd::Exec))
             }
@@ -683,10 +687,10 @@ impl Tracer {
         }
     }
 
-    /// Takes back the count of what `tid`'s block has not run at cache
-    /// address `at`: the thread dies there (its records not drained yet).
-    pub(super) fn uncount_rest_of_block(&mut self, tid: Tid, at: u64) {
-        let n = self.not_run_at(at);
+    /// Takes back `n` instructions counted for `tid` that never ran (or
+    /// that the ptrace recorder does not count), before its records are
+    /// drained.
+    pub(super) fn uncount(&mut self, tid: Tid, n: u64) {
         if let Some(stream) = self.rewriter.streams.get_mut(&tid) {
             let counter = stream.region.word(slot::COUNT as u64);
             stream.region.set_word(slot::COUNT as u64, counter.wrapping_sub(n));
@@ -757,7 +761,10 @@ impl Tracer {
             while insns.len() < MAX_BLOCK_INSTRUCTIONS {
                 let Some(insn) = self.instruction(tid, at)?.cloned() else { break };
                 at += u64::from(insn.len);
-                let ends = insn.flow != FlowControl::Next;
+                // A block ends at a system call too: it may not return
+                // (rt_sigreturn, exit, execve), and the instructions after
+                // it, counted with the block, would never run.
+                let ends = insn.flow != FlowControl::Next || insn.syscall;
                 insns.push(insn);
                 if ends || self.allocator_entries.contains_key(&at) {
                     break;

@@ -147,8 +147,10 @@ impl Tracer {
         let original = if raised && !synchronous { self.previous_pc(stopped_at) } else { self.original_pc(now_at) };
         if event_rules::signal_kills(tid, signo) {
             // The rest of the block, counted as the thread entered it, will
-            // not run: the ptrace recorder would not count it.
-            self.uncount_rest_of_block(tid, now_at);
+            // not run: the ptrace recorder would not count it. Nor does it
+            // count the system call by which the thread sent itself the
+            // signal: the signal ends the step of that call.
+            self.uncount(tid, self.not_run_at(now_at) + u64::from(self_sent));
         }
         self.drain(tid, synchronous.then_some(original).flatten())?;
         self.writer.push(tid as u32, &Event::Signal { signo, pc: original.unwrap_or(now_at), addr })?;
