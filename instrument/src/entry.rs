@@ -100,7 +100,7 @@ pub fn plan(spec: &FunctionSpec, exe: &ElfSymbols, path: &Path) -> Result<Plan, 
 /// A dynamically linked executable has import slots or is PIE; a static
 /// non-PIE one has neither.
 fn is_dynamic(exe: &ElfSymbols) -> bool {
-    exe.position_independent || exe.got_slots.iter().any(|g| matches!(g.target, SlotTarget::Symbol(_)))
+    exe.placement.position_independent || exe.got_slots.iter().any(|g| matches!(g.target, SlotTarget::Symbol(_)))
 }
 
 fn candidates<'a>(module: usize, module_name: &'a str, symbols: &'a ElfSymbols) -> Vec<Candidate<'a>> {

@@ -184,7 +184,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
         .collect();
     metadata.executable = exe.to_string_lossy().into_owned();
-    metadata.build_id = symbols.build_id.clone();
+    metadata.build_id = symbols.placement.build_id.clone();
     metadata.function = Some(resolved.name.clone());
     metadata.pid = pid as u32;
     metadata.start_unix_ms =
@@ -338,7 +338,7 @@ fn load_modules(pid: Tid) -> Result<Vec<LoadedModule>, InstrumentError> {
             // A module that cannot be read (deleted, special) has no
             // functions to trace or name.
             let symbols = ElfSymbols::load(Path::new(&module.path), &paths).ok()?;
-            module.build_id = symbols.build_id.clone();
+            module.build_id = symbols.placement.build_id.clone();
             let bias = symbols.load_bias(&module);
             Some(LoadedModule { module, symbols, bias })
         })

@@ -142,13 +142,8 @@ pub struct ElfSymbols {
     /// Whether the file itself has a static symbol table with functions
     /// (false for stripped files; `.dynsym` survives stripping).
     pub has_symtab: bool,
-    /// GNU build-id, lowercase hex.
-    pub build_id: Option<String>,
-    /// Whether the file is position independent (needs a load bias).
-    pub position_independent: bool,
-    /// Lowest virtual address of a loadable segment, page-aligned: the
-    /// address that the mapping at file offset 0 corresponds to.
-    pub first_segment_address: u64,
+    /// Build-id and where its addresses land in a process.
+    pub placement: Placement,
     /// Entry point (link-time).
     pub entry: u64,
     /// GOT slots filled at load time with IFUNC results and imports.
@@ -182,13 +177,10 @@ impl ElfSymbols {
         sort_aliases(&mut functions);
         variables.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)).then(a.name.cmp(&b.name)));
         variables.dedup_by(|a, b| a.address == b.address);
-        let placement = Placement::of(&file);
         Ok(ElfSymbols {
             functions,
             has_symtab,
-            build_id: placement.build_id,
-            position_independent: placement.position_independent,
-            first_segment_address: placement.first_segment_address,
+            placement: Placement::of(&file),
             entry: file.entry(),
             got_slots: got_slots(&file),
             debug_file: extra.debug.map(|d| d.path),
@@ -199,7 +191,7 @@ impl ElfSymbols {
     /// What to add to a link-time address of this file to get its address
     /// in a process where it is mapped as `module`.
     pub fn load_bias(&self, module: &Module) -> u64 {
-        load_bias(self.position_independent, self.first_segment_address, module)
+        self.placement.load_bias(module)
     }
 
     /// The variable containing link-time `address`.
@@ -224,14 +216,6 @@ pub fn module_base(module: &Module) -> Option<u64> {
     module.ranges.iter().find(|r| r.file_offset == 0).map(|r| r.start)
 }
 
-/// The one rule of [`ElfSymbols::load_bias`] and [`Placement::load_bias`].
-fn load_bias(position_independent: bool, first_segment_address: u64, module: &Module) -> u64 {
-    if !position_independent {
-        return 0;
-    }
-    module_base(module).unwrap_or(0).wrapping_sub(first_segment_address)
-}
-
 /// Where an ELF file's addresses land in a process, and which build it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Placement {
@@ -239,7 +223,8 @@ pub struct Placement {
     pub build_id: Option<String>,
     /// Whether the file is position independent (needs a load bias).
     pub position_independent: bool,
-    /// Lowest virtual address of a loadable segment, page-aligned.
+    /// Lowest virtual address of a loadable segment, page-aligned: the
+    /// address that the mapping at file offset 0 corresponds to.
     pub first_segment_address: u64,
 }
 
@@ -260,7 +245,10 @@ impl Placement {
     /// What to add to a link-time address of this file to get its address
     /// in a process where it is mapped as `module`.
     pub fn load_bias(&self, module: &Module) -> u64 {
-        load_bias(self.position_independent, self.first_segment_address, module)
+        if !self.position_independent {
+            return 0;
+        }
+        module_base(module).unwrap_or(0).wrapping_sub(self.first_segment_address)
     }
 }
 
@@ -572,9 +560,7 @@ mod tests {
             assert!(want.len() > 100, "{}: only {} functions", path.display(), want.len());
             let differ: Vec<_> = want.symmetric_difference(&got).take(5).collect();
             assert!(differ.is_empty(), "{}: found by only one of the two: {differ:?}", path.display());
-            let same = (loaded.build_id.clone(), loaded.position_independent, loaded.first_segment_address);
-            let scanned = (placement.build_id, placement.position_independent, placement.first_segment_address);
-            assert_eq!(scanned, same, "{}", path.display());
+            assert_eq!(placement, loaded.placement, "{}", path.display());
         }
     }
 }

@@ -50,6 +50,7 @@ pub const TABLE: i64 = 0x1000;
 pub const fn table_key(target: u64) -> u64 {
     !target
 }
+
 /// Entries in the dispatch table.
 pub const TABLE_ENTRIES: u64 = 1 << 16;
 /// Start of the record buffer: two halves, each followed by a guard page.

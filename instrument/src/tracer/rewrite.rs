@@ -718,8 +718,12 @@ impl Tracer {
     }
 
     /// Replaces exit stub `stub` with a jump to `to`.
+    /// Nothing if `stub` is linked already: translating its target links
+    /// the stubs waiting for it ([`Self::link_known`]), the trapping one too.
     fn link(&mut self, stub: u64, to: u64) {
-        self.rewriter.exits.remove(&stub);
+        if self.rewriter.exits.remove(&stub).is_none() {
+            return;
+        }
         for c in &mut self.rewriter.caches {
             let Some(off) = stub.checked_sub(c.region.remote).filter(|&o| o + (STUB_BYTES as u64) <= c.used) else {
                 continue;
@@ -834,9 +838,7 @@ impl Tracer {
             }
         }
         for stub in self.rewriter.awaiting.remove(&pc).unwrap_or_default() {
-            if self.rewriter.exits.contains_key(&stub) {
-                self.link(stub, at);
-            }
+            self.link(stub, at);
         }
     }
 
