@@ -125,8 +125,14 @@ fn render_allocations(
     let name = |pc: u64| symbols.locate(pc).function.clone();
     let style = MonoTextStyle::new(&FONT_6X10, Rgb888::WHITE);
     if let Some(layout) = args.correlate.bins {
-        let drawn =
-            decoder::heap_bins::render_bins(&model.allocations, model.total.allocations, &view, layout.into(), &name);
+        let drawn = decoder::heap_bins::render_bins(
+            &Default::default(),
+            &model.allocations,
+            model.total.allocations,
+            &view,
+            layout.into(),
+            &name,
+        );
         let mut bins = match drawn {
             Ok(bins) => bins,
             Err(e) => {

@@ -319,7 +319,7 @@ pub fn is_mapping(r: &AllocationRecord) -> bool {
 }
 
 /// glibc's size classes of requests (x86-64 defaults).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum SizeClass {
     /// Chunks up to 128 bytes (fastbins).
     Fast,

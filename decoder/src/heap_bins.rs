@@ -13,9 +13,12 @@
 //!   than a line and several of them, unevenly spaced, stay readable. The
 //!   viewer paints them over its textures with the same profile.
 
+use std::sync::Arc;
+
 use crate::allocations::AllocationRecord;
 use crate::heap::SizeClass;
-use crate::heap_raster::{HeapPicture, HeapView, MIN_PICTURE_HEIGHT, TimeWindow, in_class, is_drawn, render_heap};
+use crate::heap_raster::{HeapPicture, HeapView, MIN_PICTURE_HEIGHT, TimeWindow, render_scene};
+use crate::heap_scene::{HeapScene, HeapScenes};
 use crate::raster::{Colour, Image};
 
 /// Half-width of a cushion cursor, in pixels: opacity reaches 0 there.
@@ -111,16 +114,21 @@ pub fn cell_at(cells: &[BinCell], x: f64, y: f64) -> Option<&BinCell> {
 
 /// Draws one picture per size class that has blocks in `records` (as
 /// [`render_heap`] does for all of them; `view.class` is ignored), in a
-/// `view.width` x `view.height` grid laid out by `layout`.
+/// `view.width` x `view.height` grid laid out by `layout`, from the scenes
+/// of `scenes` (which belong to `records`).
 pub fn render_bins(
+    scenes: &HeapScenes,
     records: &[AllocationRecord],
     events: u64,
     view: &HeapView,
     layout: BinLayout,
     name: &dyn Fn(u64) -> String,
 ) -> Result<BinPictures, BinsError> {
-    let classes: Vec<SizeClass> =
-        SizeClass::ALL.into_iter().filter(|&c| records.iter().any(|r| is_drawn(r) && in_class(r, Some(c)))).collect();
+    let classes: Vec<(SizeClass, Arc<HeapScene>)> = SizeClass::ALL
+        .into_iter()
+        .map(|c| (c, scenes.get(records, events, view.clock, Some(c))))
+        .filter(|(_, scene)| !scene.blocks.is_empty())
+        .collect();
     let n = u32::try_from(classes.len()).ok().filter(|&n| n > 0).ok_or(BinsError::NoBlocks)?;
     let gaps = BIN_GAP * (n - 1);
     let (min_width, min_height) = match layout {
@@ -137,9 +145,9 @@ pub fn render_bins(
     };
     let mut image = Image::new(view.width.max(1), view.height.max(1), GAP_COLOUR);
     let mut cells = Vec::with_capacity(classes.len());
-    for (i, class) in (0u32..).zip(classes) {
+    for (i, (class, scene)) in (0u32..).zip(classes) {
         let cell_view = HeapView { width: cell_w.max(1), height: cell_h, class: Some(class), ..*view };
-        let picture = render_heap(records, events, &cell_view, name);
+        let picture = render_scene(&scene, &cell_view, name);
         let (left, top) = match layout {
             BinLayout::Time => (0, i * (picture.image.height + BIN_GAP)),
             BinLayout::Address => (i * (picture.image.width + BIN_GAP), 0),
@@ -253,8 +261,15 @@ mod tests {
             block(0x2000, 4000, 10, Some(90)),
             block(0x10_0000, 200 << 10, 50, None),
         ];
-        let bins = render_bins(&records, 100, &view(100, 3 * 60 + 2 * BIN_GAP), BinLayout::Time, &|_| String::new())
-            .expect("bins");
+        let bins = render_bins(
+            &HeapScenes::default(),
+            &records,
+            100,
+            &view(100, 3 * 60 + 2 * BIN_GAP),
+            BinLayout::Time,
+            &|_| String::new(),
+        )
+        .expect("bins");
         let classes: Vec<SizeClass> = bins.cells.iter().filter_map(|c| c.class()).collect();
         assert_eq!(classes, [SizeClass::Fast, SizeClass::Large, SizeClass::Huge]);
         let colour_of = |class: SizeClass| crate::raster::to_rgba8(crate::heap_raster::CLASS_COLOURS[class as usize]);
@@ -291,7 +306,10 @@ mod tests {
     #[test]
     fn side_by_side_bins_each_span_the_full_height() {
         let records = vec![block(0x1000, 32, 0, None), block(0x10_0000, 200 << 10, 0, None)];
-        let bins = render_bins(&records, 10, &view(2 * 50 + BIN_GAP, 80), BinLayout::Address, &|_| String::new())
+        let bins =
+            render_bins(&HeapScenes::default(), &records, 10, &view(2 * 50 + BIN_GAP, 80), BinLayout::Address, &|_| {
+                String::new()
+            })
             .expect("bins");
         assert_eq!(bins.cells.len(), 2);
         assert_eq!((bins.cells[1].left, bins.cells[1].top), (50 + BIN_GAP, 0));
@@ -312,11 +330,13 @@ mod tests {
             sizes.iter().enumerate().map(|(i, &s)| block(0x1000 << (4 * i), s, 0, None)).collect();
         let fits = 4 * MIN_PICTURE_HEIGHT + 3 * BIN_GAP;
         let draw = |h: u32| {
-            render_bins(&records, 1, &view(100, h), BinLayout::Time, &|_| String::new()).map(|b| b.cells.len())
+            render_bins(&HeapScenes::default(), &records, 1, &view(100, h), BinLayout::Time, &|_| String::new())
+                .map(|b| b.cells.len())
         };
         assert_eq!(draw(fits), Ok(4));
         assert!(matches!(draw(fits - 1), Err(BinsError::TooSmall { bins: 4, .. })), "{:?}", draw(fits - 1));
-        let none = render_bins(&[], 1, &view(100, 100), BinLayout::Address, &|_| String::new()).map(|b| b.cells.len());
+        let none = render_bins(&HeapScenes::default(), &[], 1, &view(100, 100), BinLayout::Address, &|_| String::new())
+            .map(|b| b.cells.len());
         assert_eq!(none, Err(BinsError::NoBlocks));
     }
 
@@ -343,8 +363,10 @@ mod tests {
     fn cursors_cross_every_bin_at_the_same_time() {
         let records = vec![block(0x1000, 32, 0, None), block(0x10_0000, 200 << 10, 0, None)];
         let v = view(200, 2 * 60 + BIN_GAP);
-        let plain = render_bins(&records, 200, &v, BinLayout::Time, &|_| String::new()).expect("bins");
-        let mut with = render_bins(&records, 200, &v, BinLayout::Time, &|_| String::new()).expect("bins");
+        let plain =
+            render_bins(&HeapScenes::default(), &records, 200, &v, BinLayout::Time, &|_| String::new()).expect("bins");
+        let mut with =
+            render_bins(&HeapScenes::default(), &records, 200, &v, BinLayout::Time, &|_| String::new()).expect("bins");
         draw_bin_cursors(&mut with, &[50.0], 0.8);
         let luma = |p: [u8; 4]| u32::from(p[0]) + u32::from(p[1]) + u32::from(p[2]);
         for cell in &with.cells {

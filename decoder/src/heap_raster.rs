@@ -23,7 +23,8 @@ use std::collections::HashMap;
 
 use crate::allocations::AllocationRecord;
 use crate::heap::{SizeClass, address_regions, extent, is_heap_block};
-use crate::raster::{Colour, Image, frame_colour, spare_grids};
+use crate::heap_scene::{HeapScene, OccupancyStep};
+use crate::raster::{Colour, Image, frame_colour, importance, spare_grids};
 
 /// Fewest pixels a region gets.
 pub const MIN_REGION_PX: f64 = 6.0;
@@ -79,7 +80,7 @@ impl Cushion {
 }
 
 /// What the x axis counts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Clock {
     /// Allocation events: every allocator call one step.
     #[default]
@@ -306,24 +307,27 @@ impl TimeWindow {
 pub const CLASS_COLOURS: [Colour; 4] = [[0.35, 0.75, 0.95], [0.45, 0.85, 0.45], [0.95, 0.80, 0.30], [0.90, 0.35, 0.35]];
 
 /// Draws the heap blocks of `records` (a run of `events` allocation
-/// events); `name` gives a callsite's function.
+/// events); `name` gives a callsite's function. (A viewer drawing many
+/// pictures of one run keeps its scenes: [`render_scene`].)
 pub fn render_heap(
     records: &[AllocationRecord],
     events: u64,
     view: &HeapView,
     name: &dyn Fn(u64) -> String,
 ) -> HeapPicture {
+    render_scene(&HeapScene::new(records, events, view.clock, view.class), view, name)
+}
+
+/// Draws `scene` (made for `view.clock` and `view.class`) for `view`.
+pub fn render_scene(scene: &HeapScene, view: &HeapView, name: &dyn Fn(u64) -> String) -> HeapPicture {
     let (w, h) = (view.width.max(1), view.height.max(MIN_PICTURE_HEIGHT));
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
-    let in_bin = |r: &AllocationRecord| in_class(r, view.class);
-    let heap: Vec<&AllocationRecord> = records.iter().filter(|r| is_heap_block(r) && in_bin(r)).collect();
-    let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r) && in_bin(r)).collect();
-    let axis = TimeAxis::new(records, events, view.clock);
+    let axis = scene.axis;
     let (from, to) = view.range.unwrap_or((0.0, axis.extent));
     let span = (to - from).max(1e-9);
     let (top, bottom) = view.rows.map_or((0.0, 1.0), |(a, b)| (a.clamp(0.0, 1.0), b.clamp(0.0, 1.0)));
     let stretch = 1.0 / (bottom - top).max(1e-9);
-    let bands: Vec<RegionBand> = layout(&drawn, f64::from(main_h))
+    let bands: Vec<RegionBand> = layout(&scene.regions, f64::from(main_h))
         .into_iter()
         .map(|b| RegionBand {
             top: (b.top - top * f64::from(main_h)) * stretch,
@@ -337,18 +341,19 @@ pub fn render_heap(
     let mut cells = spare_grids::take(pixels);
     // Custom allocators' blocks, over malloc's: a second layer only when
     // there are some (40 bytes a pixel: 70 MB at 1920x1000).
-    let mut inner = if drawn.iter().any(|r| r.allocator.is_some()) { spare_grids::take(pixels) } else { Vec::new() };
+    let mut inner = if scene.blocks.iter().any(|b| b.custom) { spare_grids::take(pixels) } else { Vec::new() };
     let window = TimeWindow { from, span, width: w };
     let x_of = |t: f64| window.x(t).clamp(-1.0, f64::from(w) + 1.0);
     let mut names: HashMap<u64, Colour> = HashMap::new();
-    for r in &drawn {
-        let cells = if r.allocator.is_some() { &mut inner } else { &mut cells };
-        let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
-        if band.bottom <= 0.0 || band.top >= f64::from(main_h) {
+    for r in &scene.blocks {
+        // Outside the window first: at high zoom, that is most blocks.
+        let (x0, x1) = (x_of(r.start), x_of(r.end).max(x_of(r.start) + 1e-3));
+        if x1 <= 0.0 || x0 >= f64::from(w) {
             continue;
         }
-        let (x0, x1) = (x_of(axis.start(r)), x_of(axis.end(r)).max(x_of(axis.start(r)) + 1e-3));
-        if x1 <= 0.0 || x0 >= f64::from(w) {
+        let cells = if r.custom { &mut inner } else { &mut cells };
+        let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
+        if band.bottom <= 0.0 || band.top >= f64::from(main_h) {
             continue;
         }
         let x0 = x0.max(0.0);
@@ -362,22 +367,32 @@ pub fn render_heap(
             HeapColourBy::Function => *names.entry(r.callsite).or_insert_with(|| frame_colour(&name(r.callsite))),
             HeapColourBy::Thread => frame_colour(&format!("thread {}", r.thread)),
             HeapColourBy::SizeClass => CLASS_COLOURS[SizeClass::of(r.size) as usize],
-            HeapColourBy::Lifetime => match r.free_event {
-                None => [0.6, 0.6, 0.6],
-                Some(_) => {
-                    let t = ((axis.end(r) - axis.start(r)).max(0.0) + 1.0).ln() / (axis.extent + 1.0).ln();
+            HeapColourBy::Lifetime => {
+                if r.freed {
+                    let t = ((r.end - r.start).max(0.0) + 1.0).ln() / (axis.extent + 1.0).ln();
                     [0.2 + 0.75 * t, 0.35, 0.95 - 0.75 * t]
+                } else {
+                    [0.6, 0.6, 0.6]
                 }
-            },
+            }
         };
         for py in (y0.floor() as u32)..(y1.ceil() as u32).min(main_h) {
             let fy = (y1.min(f64::from(py) + 1.0) - y0.max(f64::from(py))).max(0.0);
             let centre = ((f64::from(py) + 0.5).clamp(y0, y1) - y0) / (y1 - y0);
             let shade = view.cushion.shade(centre);
             let colour = base.map(|c| c * shade);
+            // The pixels a block crosses whole (`fx` 1) share one weight: a
+            // long-lived block spans the picture, and `powf` per pixel was
+            // most of a zoomed-in picture's time.
+            let whole = importance(fy, view.alpha);
             for px in (x0.floor() as u32)..(x1.ceil() as u32).min(w) {
                 let fx = (x1.min(f64::from(px) + 1.0) - x0.max(f64::from(px))).max(0.0);
-                cells[py as usize * w as usize + px as usize].add(fx * fy, colour, view.alpha);
+                let f = fx * fy;
+                if f <= 0.0 {
+                    continue;
+                }
+                let weight = if fx == 1.0 { whole } else { importance(f, view.alpha) };
+                cells[py as usize * w as usize + px as usize].add_weighted(f, weight, colour);
             }
         }
     }
@@ -411,7 +426,8 @@ pub fn render_heap(
     }
     let occupancy_top = main_h + OCCUPANCY_GAP;
     let mut cushions = ActivityCushions::new(w, view.cushion, view.alpha);
-    for (x, level) in occupancy(&heap, &axis, &window, &mut cushions).into_iter().enumerate() {
+    for (x, level) in occupancy(scene.steps_around(&window), scene.peak, &window, &mut cushions).into_iter().enumerate()
+    {
         let shade = cushions.shade(x);
         let colour = [0.15 + 0.8 * level, 0.25 + 0.2 * (1.0 - level), 0.9 - 0.75 * level].map(|c| c * shade);
         let bar = (level * f64::from(OCCUPANCY_PX)).ceil() as u32;
@@ -428,25 +444,24 @@ pub fn render_heap(
 /// picture `height` pixels high (occupancy bar included); `None` when no
 /// region holds any of them.
 pub fn address_rows(records: &[AllocationRecord], height: u32, from: u64, to: u64) -> Option<(f64, f64)> {
-    let drawn: Vec<&AllocationRecord> = records.iter().filter(|r| is_drawn(r)).collect();
+    let regions = address_regions(records.iter().filter(|r| is_drawn(r)).map(extent));
     let main_h = f64::from(height.max(MIN_PICTURE_HEIGHT) - OCCUPANCY_PX - OCCUPANCY_GAP);
-    let bands = layout(&drawn, main_h);
+    let bands = layout(&regions, main_h);
     let inside: Vec<&RegionBand> = bands.iter().filter(|b| b.start < to && from < b.end).collect();
     let top = inside.first()?.y(from);
     let bottom = inside.last()?.y(to);
     Some((top / main_h, (bottom / main_h).max(top / main_h + 1e-6)))
 }
 
-/// Regions stacked top to bottom in `height` pixels.
-fn layout(heap: &[&AllocationRecord], height: f64) -> Vec<RegionBand> {
-    let regions = address_regions(heap.iter().map(|r| extent(r)));
+/// `regions` stacked top to bottom in `height` pixels.
+fn layout(regions: &[(u64, u64)], height: f64) -> Vec<RegionBand> {
     let n = regions.len() as f64;
     let room = (height - MARKER_PX * (n - 1.0).max(0.0) - MIN_REGION_PX * n).max(0.0);
     let total: f64 = regions.iter().map(|r| (r.1 - r.0) as f64).sum::<f64>().max(1.0);
     let mut top = 0.0;
     regions
-        .into_iter()
-        .map(|(start, end)| {
+        .iter()
+        .map(|&(start, end)| {
             let h = MIN_REGION_PX.min(height / n.max(1.0)) + room * (end - start) as f64 / total;
             let band = RegionBand { start, end, top, bottom: top + h };
             top += h + MARKER_PX;
@@ -486,7 +501,7 @@ impl ActivityCushions {
             if hi <= lo {
                 continue;
             }
-            let w = if self.alpha == 1.0 { hi - lo } else { (hi - lo).powf(self.alpha) };
+            let w = importance(hi - lo, self.alpha);
             self.weight[px] += w;
             self.shaded[px] += w * self.cushion.shade(((lo + hi) / 2.0 - a) / (b - a));
         }
@@ -501,49 +516,26 @@ impl ActivityCushions {
     }
 }
 
-/// Per pixel column, the highest live bytes in its events over the peak of
-/// the whole run, over `window`; the intervals between events go to
-/// `cushions` on the way.
-fn occupancy(
-    heap: &[&AllocationRecord],
-    axis: &TimeAxis,
-    window: &TimeWindow,
-    cushions: &mut ActivityCushions,
-) -> Vec<f64> {
+/// Per pixel column, the highest live bytes in its events over `peak`,
+/// over `window`; the intervals between events go to `cushions` on the
+/// way. `steps` may leave out any before the last one ahead of the window
+/// and any after the first one past it ([`HeapScene::steps_around`]).
+fn occupancy(steps: &[OccupancyStep], peak: i64, window: &TimeWindow, cushions: &mut ActivityCushions) -> Vec<f64> {
     let width = window.width;
-    // Allocations and frees sorted apart and merged, allocations first at
-    // equal times: the allocations come nearly in order already (a sort
-    // finds that fast), and one sort of both with the tie rule in its
-    // comparison was a third of drawing a million blocks. The order among
-    // equal times of one kind does not change a column's maximum.
-    let mut allocs: Vec<(f64, i64)> = heap.iter().map(|r| (axis.start(r), r.size as i64)).collect();
-    let mut frees: Vec<(f64, i64)> =
-        heap.iter().filter(|r| r.free_event.is_some()).map(|r| (axis.end(r), -(r.size as i64))).collect();
-    allocs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-    frees.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-    let (mut a, mut f) = (allocs.into_iter().peekable(), frees.into_iter().peekable());
-    let delta = std::iter::from_fn(|| match (a.peek(), f.peek()) {
-        (Some(x), Some(y)) if x.0.total_cmp(&y.0).is_le() => a.next(),
-        (Some(_), Some(_)) => f.next(),
-        (Some(_), None) => a.next(),
-        (None, _) => f.next(),
-    });
     let mut column_max = vec![-1i64; width as usize];
-    let (mut live, mut peak, mut before) = (0i64, 1i64, 0i64);
+    let mut before = 0i64;
     let mut previous: Option<f64> = None;
-    for (e, d) in delta {
-        live += d;
-        peak = peak.max(live);
-        let x = window.x(e);
+    for step in steps {
+        let x = window.x(step.at);
         if let Some(p) = previous.filter(|&p| p < x) {
             cushions.add(p, x);
         }
         previous = Some(x);
         if x < 0.0 {
-            before = live;
+            before = step.live;
         } else if x < f64::from(width) {
             let x = x as usize;
-            column_max[x] = column_max[x].max(live);
+            column_max[x] = column_max[x].max(step.live);
         }
     }
     // Columns with no event keep the level of the last one.
@@ -704,6 +696,42 @@ mod tests {
         let flat = bar_row(Cushion::None);
         assert_eq!(flat[5], flat[50], "no cushion: one colour at one level");
         assert_eq!(luma(shaded[50]), luma(flat[50]), "the cushion's top is the bar's own colour");
+    }
+
+    /// The bar drawn from the steps around a window equals the one drawn
+    /// from every step (levels and cushions), for windows anywhere: before
+    /// the first event, inside, across either end, past the last.
+    #[test]
+    fn the_steps_around_a_window_draw_what_all_steps_draw() {
+        let mut seed = 5u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let records: Vec<AllocationRecord> = (0..400u64)
+            .map(|i| {
+                let alloc = i * 3 + next(3);
+                let free = (next(4) > 0).then(|| alloc + 1 + next(200));
+                block(0x1000 + 0x100 * next(300), 1 + next(500), alloc, free)
+            })
+            .collect();
+        let scene = HeapScene::new(&records, 1400, Clock::Events, None);
+        assert!(scene.steps.len() > 600, "{}", scene.steps.len());
+        let bar = |steps: &[OccupancyStep], window: &TimeWindow| {
+            let mut cushions = ActivityCushions::new(window.width, Cushion::Parabolic, 0.6);
+            let levels = occupancy(steps, scene.peak, window, &mut cushions);
+            (levels, cushions.weight, cushions.shaded)
+        };
+        for (from, span) in
+            [(-500.0, 300.0), (-50.0, 200.0), (0.0, 1400.0), (333.3, 7.5), (700.0, 0.9), (1300.0, 400.0)]
+        {
+            for width in [1, 37, 300] {
+                let window = TimeWindow { from, span, width };
+                let around = scene.steps_around(&window);
+                assert!(around.len() < scene.steps.len() || span >= 1000.0, "{from} {span}: {}", around.len());
+                assert_eq!(bar(around, &window), bar(&scene.steps, &window), "window {from} + {span} at {width} px");
+            }
+        }
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod hashing;
 pub mod heap;
 pub mod heap_bins;
 pub mod heap_raster;
+pub mod heap_scene;
 pub mod inspect;
 pub mod line_table;
 pub mod lines;

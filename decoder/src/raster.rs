@@ -174,6 +174,16 @@ fn lerp(a: Colour, b: Colour, t: f64) -> Colour {
     [a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t, a[2] + (b[2] - a[2]) * t]
 }
 
+/// `f^alpha`, the weight of a fraction `f` (0..1) of a pixel in the
+/// anti-aliasing formula. The common cases skip `powf` (a library call of
+/// ~20 ns, a quarter of a heap picture's time when it ran for every block
+/// and pixel): `alpha` 1, and `f` 1 or 0 (a pixel a block covers whole, a
+/// pixel with nothing uncovered) — exactly what `powf` gives.
+#[inline]
+pub fn importance(f: f64, alpha: f64) -> f64 {
+    if alpha == 1.0 || f == 1.0 || (f == 0.0 && alpha > 0.0) { f } else { f.powf(alpha) }
+}
+
 /// Sums of one pixel for the anti-aliasing formula.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Coverage {
@@ -196,11 +206,18 @@ impl Coverage {
         if f <= 0.0 || n <= 0.0 {
             return;
         }
-        let w = n * if alpha == 1.0 { f } else { f.powf(alpha) };
-        self.sum_f += n * f;
-        self.sum_weight += w;
+        self.add_weighted(n * f, n * importance(f, alpha), colour);
+    }
+
+    /// Adds cells covering `f` of the pixel in all, of weight `weight`
+    /// ([`importance`] of each cell's fraction, summed): for callers that
+    /// reuse one weight for many pixels.
+    #[inline]
+    pub fn add_weighted(&mut self, f: f64, weight: f64, colour: Colour) {
+        self.sum_f += f;
+        self.sum_weight += weight;
         for (sum, c) in self.sum_colour.iter_mut().zip(colour) {
-            *sum += w * c;
+            *sum += weight * c;
         }
     }
 
@@ -213,7 +230,7 @@ impl Coverage {
     /// The pixel colour.
     pub fn resolve(&self, background: Colour, alpha: f64) -> Colour {
         let uncovered = (1.0 - self.sum_f).max(0.0);
-        let b = if alpha == 1.0 { uncovered } else { uncovered.powf(alpha) };
+        let b = importance(uncovered, alpha);
         let denominator = self.sum_weight + b;
         if denominator <= 0.0 {
             return background;

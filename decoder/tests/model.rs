@@ -434,3 +434,14 @@ fn one_threads_timeline_is_that_thread_alone_and_replays_the_same() {
     let missing = Model::decode(&both, &with(ThreadChoice::Only(3)), &mut |_| {}).err().expect("an error");
     assert_eq!(missing.to_string(), "thread 3 is not in this trace (threads with events: 1, 2)");
 }
+
+/// The anti-aliasing weight is `powf` exactly, its shortcuts included.
+#[test]
+fn importance_is_powf() {
+    for alpha in [0.05, 0.5, 0.6, 1.0, 1.5, 2.0] {
+        for f in [0.0, 1e-300, 1e-9, 0.001, 0.25, 0.5, 0.999_999, 1.0] {
+            let got = decoder::raster::importance(f, alpha);
+            assert_eq!(got.to_bits(), f64::powf(f, alpha).to_bits(), "{f}^{alpha}");
+        }
+    }
+}

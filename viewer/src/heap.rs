@@ -30,7 +30,8 @@ use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
 use decoder::heap_bins::{BinCell, BinLayout, CURSOR_RADIUS_PX, cell_at, cursor_opacity, render_bins};
-use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, address_rows, render_heap};
+use decoder::heap_raster::{Clock, Cushion, HeapColourBy, HeapPicture, HeapView, TimeAxis, address_rows, render_scene};
+use decoder::heap_scene::HeapScenes;
 
 use crate::ViewerOptions;
 use crate::jobs::Job;
@@ -79,6 +80,10 @@ pub struct HeapMode {
     alpha: f64,
     picture: Job<PictureKey, Arc<DrawnHeap>>,
     context: Job<PictureKey, Arc<DrawnHeap>>,
+    /// What every picture of the loaded model (its generation) draws
+    /// from, prepared once per clock and size class by the first picture
+    /// that needs it.
+    scenes: Option<(u32, Arc<HeapScenes>)>,
     analysis: Job<u32, Arc<HeapReport>>,
     texture: Option<(egui::TextureHandle, PictureKey)>,
     context_texture: Option<(egui::TextureHandle, PictureKey)>,
@@ -156,6 +161,7 @@ impl Plugin for HeapPlugin {
             alpha: 0.6,
             picture: Job::default(),
             context: Job::default(),
+            scenes: None,
             analysis: Job::default(),
             texture: None,
             context_texture: None,
@@ -529,8 +535,16 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     // cores shared with the renderer it held the first picture back.
     let jobs = [(&mut m.picture, key.clone()), (&mut m.context, context_key.clone())];
     let have_picture = m.texture.is_some();
+    let scenes = match &m.scenes {
+        Some((generation, scenes)) if *generation == l.generation => scenes.clone(),
+        _ => {
+            let scenes = Arc::<HeapScenes>::default();
+            m.scenes = Some((l.generation, scenes.clone()));
+            scenes
+        }
+    };
     for (job, k) in jobs.into_iter().take(if have_picture { 2 } else { 1 }) {
-        let (model, symbols) = (l.model.clone(), l.symbols.clone());
+        let (model, symbols, scenes) = (l.model.clone(), l.symbols.clone(), scenes.clone());
         job.want_fallible(k.clone(), move |_| {
             let view = HeapView {
                 width: k.size.0,
@@ -546,9 +560,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             let name = |pc: u64| symbols.locate(pc).function.clone();
             let (records, events) = (&model.allocations, model.total.allocations);
             let drawn = match k.bins {
-                None => DrawnHeap::single(render_heap(records, events, &view, &name)),
+                None => DrawnHeap::single(render_scene(&scenes.get(records, events, k.clock, None), &view, &name)),
                 Some(layout) => {
-                    let bins = match render_bins(records, events, &view, layout, &name) {
+                    let bins = match render_bins(&scenes, records, events, &view, layout, &name) {
                         Ok(bins) => bins,
                         Err(e) => return Some(Err(e.to_string())),
                     };
