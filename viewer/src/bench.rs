@@ -112,11 +112,18 @@ fn ms(d: Duration) -> f64 {
 
 fn step(
     mut bench: ResMut<Bench>,
+    mut pacing: ResMut<crate::pacing::FramePacing>,
     report: Res<UiReport>,
     mut commands: MessageWriter<ViewCommand>,
     mut exit: MessageWriter<AppExit>,
 ) {
     let frame = bench.frame_start.elapsed();
+    // Panning steps once a frame, as a drag does: frames come continuously
+    // then. Otherwise the window paces itself as it does for a user.
+    let panning = matches!(bench.phase, Phase::Pan(_));
+    if pacing.always_draw != panning {
+        pacing.always_draw = panning;
+    }
     if let Some(e) = &report.error {
         *bench.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
         exit.write(AppExit::error());

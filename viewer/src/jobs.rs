@@ -4,11 +4,24 @@
 //! one, which starts when the running one returns; the last finished result
 //! stays until a newer one replaces it, so the UI always has something to
 //! show.
+//!
+//! Work that ends wakes the window ([`set_waker`]): the window does not
+//! draw continuously while it waits for work ([`crate::pacing`]), so a
+//! result is shown (and queued work started) as soon as it is in.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bevy::tasks::{AsyncComputeTaskPool, Task, block_on, poll_once};
+
+/// What wakes the window when work ends.
+static WAKER: OnceLock<Box<dyn Fn() + Send + Sync>> = OnceLock::new();
+
+/// Sets what wakes the window when a job's work ends (once; later calls
+/// change nothing).
+pub fn set_waker(wake: impl Fn() + Send + Sync + 'static) {
+    let _ = WAKER.set(Box::new(wake));
+}
 
 /// A flag the work checks to give up early.
 #[derive(Clone, Debug, Default)]
@@ -88,7 +101,15 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
         let cancel = Cancel::default();
         let flag = cancel.clone();
         let work = work.into_inner().unwrap_or_else(|e| e.into_inner());
-        let task = AsyncComputeTaskPool::get().spawn(async move { work(flag) });
+        let task = AsyncComputeTaskPool::get().spawn(async move {
+            let result = work(flag);
+            // Cancelled work too: what is queued behind it starts at the
+            // next frame.
+            if let Some(wake) = WAKER.get() {
+                wake();
+            }
+            result
+        });
         self.running = Some(Running { key, task, cancel });
     }
 
@@ -149,5 +170,39 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
         self.pending = None;
         self.done = None;
         self.failed = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::time::{Duration, Instant};
+
+    /// Ended work wakes the window, cancelled work included, and the work
+    /// queued behind cancelled work runs.
+    #[test]
+    fn ended_work_wakes_the_window() {
+        static WAKES: AtomicUsize = AtomicUsize::new(0);
+        AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
+        set_waker(|| {
+            WAKES.fetch_add(1, Ordering::SeqCst);
+        });
+        let mut job: Job<u32, u32> = Job::default();
+        job.want(1, |cancel| {
+            // Runs until cancelled by the request for key 2.
+            while !cancel.is_set() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            None
+        });
+        job.want(2, |_| Some(20));
+        let start = Instant::now();
+        while job.latest().is_none() && start.elapsed() < Duration::from_secs(10) {
+            job.poll();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((2, 20)));
+        assert_eq!(WAKES.load(Ordering::SeqCst), 2, "the cancelled work and the finished one");
     }
 }
