@@ -385,6 +385,33 @@ fn four_threads_running_the_function_at_once_give_four_exact_streams() {
     assert_eq!(picked["total"]["reads"], oracle.dr / 4);
 }
 
+/// The functions of `binary` that hold a `bt`/`bts`/`btr`/`btc` whose bit
+/// offset is in a register and whose base is a register (`objdump -d`).
+/// Valgrind's VEX runs those through memory below the stack pointer, so
+/// cachegrind counts reads (2 per `bts`) the CPU does not make: with
+/// `gcc -O1`, 1,000 `bts %rsi,%rax` give 2,000 reads and 1,000 writes in
+/// cachegrind, none in linetrace. zstd built with optimisation (`--release`)
+/// has them.
+fn functions_with_register_bit_tests(binary: &Path) -> std::collections::BTreeSet<String> {
+    let out = Command::new("objdump").args(["-d", "--no-show-raw-insn"]).arg(binary).output().expect("objdump runs");
+    let mut found = std::collections::BTreeSet::new();
+    let mut function = String::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split_once(" <")).map(|(_, n)| n) {
+            function = name.to_string();
+            continue;
+        }
+        let mut words = line.split('\t').nth(1).unwrap_or("").split_whitespace();
+        let (op, operands) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        let bit_test = ["bt", "bts", "btr", "btc"].iter().any(|b| op.strip_prefix(b).is_some_and(|s| s.len() <= 1));
+        let registers = operands.split(',').all(|o| o.starts_with('%')) && operands.contains(',');
+        if bit_test && registers {
+            found.insert(function.clone());
+        }
+    }
+    found
+}
+
 /// The functions of `binary` (`nm -n -C`), by link-time address.
 fn functions_by_address(binary: &Path) -> Vec<(u64, String)> {
     let out = Command::new("nm").args(["-n", "-C", "--defined-only"]).arg(binary).output().expect("nm runs");
@@ -400,8 +427,9 @@ fn functions_by_address(binary: &Path) -> Vec<(u64, String)> {
 }
 
 /// Third-party C code: zstd's compressor (the C sources the zstd-sys crate
-/// builds), traced through `zstd_compress::work` — tens of millions of
-/// instructions. Every `ZSTD_`/`HUF_`/`FSE_` function cachegrind saw (the
+/// builds), traced through `zstd_compress::work` — millions of
+/// instructions (tens of millions in a debug build, 3M with `--release`,
+/// where zstd-sys compiles zstd with optimisation). Every `ZSTD_`/`HUF_`/`FSE_` function cachegrind saw (the
 /// program calls them only inside `work`) has exactly cachegrind's reads in
 /// linetrace's per-function table, and no other such function appears.
 #[test]
@@ -421,7 +449,7 @@ fn zstd_compression_reads_equal_cachegrind_per_function() {
     let out = record_with(&["-f", "zstd_compress::work"], &bin, &[], &trace);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let r = report(&trace);
-    assert!(r["total"]["instructions"].as_u64() > Some(10_000_000), "{}", r["total"]);
+    assert!(r["total"]["instructions"].as_u64() > Some(2_000_000), "{}", r["total"]);
     let by = linetrace().args(["report", "--json", "--by", "function"]).arg(&trace).output().expect("report");
     let by: serde_json::Value = serde_json::from_slice(&by.stdout).expect("JSON");
     let mut ours: std::collections::BTreeMap<String, u64> = Default::default();
@@ -448,9 +476,17 @@ fn zstd_compression_reads_equal_cachegrind_per_function() {
             *ours.entry(base(name)).or_default() += iterations.saturating_sub(1);
         }
     }
+    // Where cachegrind counts phantom reads (see the function), linetrace
+    // may count fewer, never more; everywhere else, exactly as many.
+    let phantom_reads: std::collections::BTreeSet<String> =
+        functions_with_register_bit_tests(&bin).iter().map(|f| base(f)).filter(|f| oracle.contains_key(f)).collect();
+    assert!(phantom_reads.len() * 10 <= oracle.len(), "too few functions compared exactly: {phantom_reads:?}");
     let mismatched: Vec<String> = oracle
         .iter()
-        .filter(|(f, dr)| ours.get(*f) != Some(dr))
+        .filter(|(f, dr)| match ours.get(*f) {
+            Some(n) if phantom_reads.contains(*f) => n > dr,
+            n => n != Some(dr),
+        })
         .map(|(f, dr)| format!("{f}: cachegrind {dr}, linetrace {:?}", ours.get(f)))
         .chain(ours.keys().filter(|f| !oracle.contains_key(*f)).map(|f| format!("{f}: only in linetrace")))
         .collect();
