@@ -72,45 +72,26 @@ impl HeapScene {
     pub fn new(records: &[AllocationRecord], events: u64, clock: Clock, class: Option<SizeClass>) -> HeapScene {
         let axis = TimeAxis::new(records, events, clock);
         let drawn = || records.iter().filter(|r| is_drawn(r) && in_class(r, class));
-        let blocks = drawn()
-            .map(|r| SceneBlock {
-                start: axis.start(r),
-                end: axis.end(r),
-                address: r.address,
-                size: r.size,
-                callsite: r.callsite,
-                thread: r.thread,
-                freed: r.free_event.is_some(),
-                custom: r.allocator.is_some(),
-            })
-            .collect();
-        let regions = address_regions(drawn().map(extent));
-        let heap = || drawn().filter(|r| is_heap_block(r));
-        // Allocations and frees sorted apart and merged, allocations first
-        // at equal times: the allocations come nearly in order already (a
-        // sort finds that fast), and one sort of both with the tie rule in
-        // its comparison was a third of drawing a million blocks. The order
-        // among equal times of one kind does not change a column's maximum.
-        let mut allocs: Vec<(f64, i64)> = heap().map(|r| (axis.start(r), r.size as i64)).collect();
-        let mut frees: Vec<(f64, i64)> =
-            heap().filter(|r| r.free_event.is_some()).map(|r| (axis.end(r), -(r.size as i64))).collect();
-        allocs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        frees.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        let (mut a, mut f) = (allocs.into_iter().peekable(), frees.into_iter().peekable());
-        let delta = std::iter::from_fn(|| match (a.peek(), f.peek()) {
-            (Some(x), Some(y)) if x.0.total_cmp(&y.0).is_le() => a.next(),
-            (Some(_), Some(_)) => f.next(),
-            (Some(_), None) => a.next(),
-            (None, _) => f.next(),
+        // The blocks and regions on one thread, the occupancy steps on
+        // another: each is a few sorts of a million.
+        let ((blocks, regions), (steps, peak)) = std::thread::scope(|threads| {
+            let steps = threads.spawn(|| occupancy_steps(drawn().filter(|r| is_heap_block(r)), &axis));
+            let blocks = drawn()
+                .map(|r| SceneBlock {
+                    start: axis.start(r),
+                    end: axis.end(r),
+                    address: r.address,
+                    size: r.size,
+                    callsite: r.callsite,
+                    thread: r.thread,
+                    freed: r.free_event.is_some(),
+                    custom: r.allocator.is_some(),
+                })
+                .collect();
+            let regions = address_regions(drawn().map(extent));
+            let steps = steps.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            ((blocks, regions), steps)
         });
-        let (mut live, mut peak) = (0i64, 1i64);
-        let steps = delta
-            .map(|(at, d)| {
-                live += d;
-                peak = peak.max(live);
-                OccupancyStep { at, live }
-            })
-            .collect();
         HeapScene { axis, class, blocks, regions, steps, peak }
     }
 
@@ -122,6 +103,40 @@ impl HeapScene {
         let end = self.steps.partition_point(|s| window.x(s.at) < f64::from(window.width));
         &self.steps[first..(end + 1).min(self.steps.len())]
     }
+}
+
+/// The live bytes after each event of `heap` on `axis`, and the most live
+/// bytes (at least 1).
+fn occupancy_steps<'r>(
+    heap: impl Iterator<Item = &'r AllocationRecord> + Clone,
+    axis: &TimeAxis,
+) -> (Vec<OccupancyStep>, i64) {
+    // Allocations and frees sorted apart and merged, allocations first at
+    // equal times: the allocations come nearly in order already (a sort
+    // finds that fast), and one sort of both with the tie rule in its
+    // comparison was a third of drawing a million blocks. The order among
+    // equal times of one kind does not change a column's maximum.
+    let mut allocs: Vec<(f64, i64)> = heap.clone().map(|r| (axis.start(r), r.size as i64)).collect();
+    let mut frees: Vec<(f64, i64)> =
+        heap.filter(|r| r.free_event.is_some()).map(|r| (axis.end(r), -(r.size as i64))).collect();
+    allocs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    frees.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut a, mut f) = (allocs.into_iter().peekable(), frees.into_iter().peekable());
+    let delta = std::iter::from_fn(|| match (a.peek(), f.peek()) {
+        (Some(x), Some(y)) if x.0.total_cmp(&y.0).is_le() => a.next(),
+        (Some(_), Some(_)) => f.next(),
+        (Some(_), None) => a.next(),
+        (None, _) => f.next(),
+    });
+    let (mut live, mut peak) = (0i64, 1i64);
+    let steps = delta
+        .map(|(at, d)| {
+            live += d;
+            peak = peak.max(live);
+            OccupancyStep { at, live }
+        })
+        .collect();
+    (steps, peak)
 }
 
 /// What a scene is made for: a clock, and a size class (`None`: all).
