@@ -121,8 +121,8 @@ fn step(
     // Panning steps once a frame, as a drag does: frames come continuously
     // then. Otherwise the window paces itself as it does for a user.
     let panning = matches!(bench.phase, Phase::Pan(_));
-    if pacing.always_draw != panning {
-        pacing.always_draw = panning;
+    if pacing.scripted_input != panning {
+        pacing.scripted_input = panning;
     }
     if let Some(e) = &report.error {
         *bench.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());

@@ -196,11 +196,12 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
         None if options.allocations => app.add_plugins(heap::HeapPlugin { options: options.clone() }),
         None => app.add_plugins(ViewerPlugin { options: options.clone() }),
     };
-    // Headless and measuring runs draw continuously once the trace is in
-    // (a screenshot waits on frames for the pipelines to compile); while it
-    // is decoding they pace frames as a window does, so a bench measures
-    // the decoding a user waits for.
-    app.add_plugins(pacing::PacingPlugin { always_draw: options.screenshot.is_some() || options.bench.is_some() });
+    // Headless runs draw continuously once the trace is in (a screenshot
+    // waits on frames for the pipelines to compile); while it is decoding
+    // they pace frames as a window does. A bench paces frames as a window
+    // does, but while it pans (`bench`), so it measures what a user waits
+    // for.
+    app.add_plugins(pacing::PacingPlugin { always_draw: options.screenshot.is_some() });
     if let Some(request) = options.screenshot.clone() {
         app.add_plugins(HeadlessPlugin { request, failure: failure.clone() });
     }

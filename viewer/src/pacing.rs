@@ -67,7 +67,7 @@ pub struct PacingPlugin {
 
 impl Plugin for PacingPlugin {
     fn build(&self, app: &mut App) {
-        app.insert_resource(FramePacing { always_draw: self.always_draw })
+        app.insert_resource(FramePacing { always_draw: self.always_draw, scripted_input: false })
             .init_resource::<Activity>()
             .add_systems(Startup, wake_on_finished_work)
             .add_systems(
@@ -78,13 +78,15 @@ impl Plugin for PacingPlugin {
     }
 }
 
-/// Whether frames are drawn continuously whatever the activity: headless
-/// screenshot runs, and the bench while it pans (a step each frame, as a
-/// drag gives input each frame).
+/// Why frames may be drawn continuously whatever the activity (but while
+/// a trace decodes).
 #[derive(Resource)]
 pub struct FramePacing {
-    /// Draw continuously unless a trace is decoding.
-    pub always_draw: bool,
+    /// Always: headless screenshot runs, which count frames.
+    always_draw: bool,
+    /// While input is scripted each frame (the bench panning, as a drag
+    /// gives input each frame).
+    pub scripted_input: bool,
 }
 
 /// Lets finished background work wake the window (there is no event loop
@@ -102,7 +104,7 @@ fn wake_on_finished_work(proxy: Option<Res<EventLoopProxyWrapper>>) {
 fn pace_frames(activity: Res<Activity>, pacing: Res<FramePacing>, mut settings: ResMut<WinitSettings>) {
     let (focused, unfocused) = match *activity {
         Activity::Loading => (UpdateMode::reactive(LOADING_FRAME), UpdateMode::reactive(LOADING_FRAME)),
-        _ if pacing.always_draw => (UpdateMode::Continuous, UpdateMode::Continuous),
+        _ if pacing.always_draw || pacing.scripted_input => (UpdateMode::Continuous, UpdateMode::Continuous),
         Activity::Working => (UpdateMode::reactive(WORKING_FRAME), UpdateMode::reactive(WORKING_FRAME)),
         Activity::Idle => (UpdateMode::reactive(IDLE_WAIT), UpdateMode::reactive_low_power(IDLE_WAIT * 4)),
     };
