@@ -4,7 +4,8 @@
 //! address axis (bins side by side, each scaled to the same height), and
 //! *cushion cursors* drawn across all of them.
 //!
-//! - **Bins.** Each bin is a [`render_heap`] of one [`SizeClass`] with its
+//! - **Bins.** Each bin is a heap picture
+//!   ([`crate::heap_raster::render_scene`]) of one [`SizeClass`] with its
 //!   own address layout and occupancy bar; the time axis is the whole
 //!   run's in every bin, so a burst at one moment lines up in all of them.
 //! - **Cushion cursors.** A cursor is not a line but a soft vertical band
@@ -113,9 +114,9 @@ pub fn cell_at(cells: &[BinCell], x: f64, y: f64) -> Option<&BinCell> {
 }
 
 /// Draws one picture per size class that has blocks in `records` (as
-/// [`render_heap`] does for all of them; `view.class` is ignored), in a
-/// `view.width` x `view.height` grid laid out by `layout`, from the scenes
-/// of `scenes` (which belong to `records`).
+/// [`crate::heap_raster::render_heap`] does for all of them; `view.class`
+/// is ignored), in a `view.width` x `view.height` grid laid out by
+/// `layout`, from the scenes of `scenes` (which belong to `records`).
 pub fn render_bins(
     scenes: &HeapScenes,
     records: &[AllocationRecord],

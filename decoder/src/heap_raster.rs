@@ -383,8 +383,9 @@ pub fn render_scene(scene: &HeapScene, view: &HeapView, name: &dyn Fn(u64) -> St
             let colour = base.map(|c| c * shade);
             // The pixels a block crosses whole (`fx` 1) share one weight: a
             // long-lived block spans the picture, and `powf` per pixel was
-            // most of a zoomed-in picture's time.
-            let whole = importance(fy, view.alpha);
+            // most of a zoomed-in picture's time. (Blocks narrower than a
+            // pixel cross none: no `powf` for them.)
+            let whole = if x1 - x0 >= 1.0 { importance(fy, view.alpha) } else { 0.0 };
             for px in (x0.floor() as u32)..(x1.ceil() as u32).min(w) {
                 let fx = (x1.min(f64::from(px) + 1.0) - x0.max(f64::from(px))).max(0.0);
                 let f = fx * fy;
