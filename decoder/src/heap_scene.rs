@@ -151,8 +151,9 @@ pub struct HeapScenes {
 
 impl HeapScenes {
     /// The scene of `records` (a run of `events` events) for `clock` and
-    /// `class`. Concurrent callers wanting the same scene wait for one
-    /// build.
+    /// `class`. Scenes are built one at a time, under the lock: concurrent
+    /// callers wait for the build under way (the same scene is then never
+    /// built twice; a viewer builds one or two per model).
     pub fn get(
         &self,
         records: &[AllocationRecord],
