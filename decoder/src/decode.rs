@@ -3,22 +3,22 @@
 //!
 //! - The *event* stage (the calling thread) reads and decompresses chunks,
 //!   decodes events, and keeps what needs the events themselves: the call
-//!   tree, per-site and per-thread counts, reuse distances, allocations.
+//!   tree, per-site and per-thread counts, allocations.
 //! - The *working-set* stage (its own thread) keeps the working set: fetch
 //!   statistics, the bitmap summary ([`crate::spans`], [`crate::pyramid`])
 //!   and the lines of every snapshot.
 //! - The *cache* stage (its own thread) runs the cache simulation over
-//!   every read and write.
+//!   every read and write, and measures reuse distances.
 //!
 //! The event stage sends the accesses in order, in batches, with
-//! allocation and snapshot markers between them; each batch is shared by
-//! the two other stages, which take what they need from it. On a
-//! miss-heavy trace the three take about 40%, 40% and 20% of the pass's
-//! CPU time, so on two cores the pass is bound by the cores, not by one
-//! stage (with the cache simulation on the event thread, that thread was
-//! the bound). The lookups that miss the CPU's caches (a table of every
-//! line the trace touched, the last-level cache's sets) are prefetched a
-//! few accesses ahead.
+//! allocation, snapshot and thread-change markers between them; each batch
+//! is shared by the two other stages, which take what they need from it.
+//! On a miss-heavy trace the three take about a sixth, two fifths and two
+//! fifths of the pass's CPU time, so on two cores the pass is bound by the
+//! cores, not by one stage (with the cache simulation, and later the reuse
+//! distances, on the event thread, that thread was the bound). The lookups
+//! that miss the CPU's caches (a table of every line the trace touched, the
+//! last-level cache's sets) are prefetched a few accesses ahead.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,7 +67,8 @@ pub(crate) fn decode(
     let set_stage =
         spawn_stage("linetrace-working-set", move || working_set_stage(config, set_receiver, stage_preview))?;
     let cache_config = options.cache;
-    let cache_stage = spawn_stage("linetrace-cache", move || cache_stage(cache_config, cache_receiver))?;
+    let line_size = LineSize::new(config.line_size);
+    let cache_stage = spawn_stage("linetrace-cache", move || cache_stage(cache_config, line_size, cache_receiver))?;
     let mut events = EventStage::new(
         *options,
         timeline,
@@ -83,7 +84,8 @@ pub(crate) fn decode(
     // Closing the channels ends the other stages.
     let sent = std::mem::replace(&mut events.stages, StageSender::closed()).finish();
     let set = set_stage.join().map_err(|_| DecodeError::Corrupt("the working-set thread failed".into()))?;
-    let cache = cache_stage.join().map_err(|_| DecodeError::Corrupt("the cache-simulation thread failed".into()))?;
+    let mut cache =
+        cache_stage.join().map_err(|_| DecodeError::Corrupt("the cache-simulation thread failed".into()))?;
     let (reader, end) = outcome?;
     sent.map_err(|_| DecodeError::Corrupt("a decoding thread stopped early".into()))?;
     let columns = events.column;
@@ -94,7 +96,7 @@ pub(crate) fn decode(
     metrics.max_rows = set.max_rows;
     let mut threads = BTreeMap::new();
     let mut total = Totals::default();
-    let reuse = std::mem::take(&mut events.reuse).finish();
+    let reuse = std::mem::take(&mut cache.reuse).finish();
     for (slot, ThreadState { tid, mut totals }) in std::mem::take(&mut events.threads).into_iter().enumerate() {
         totals.unique_lines = reuse.distinct_lines_of(slot);
         total.add(&totals);
@@ -166,10 +168,15 @@ pub(crate) fn decode(
 /// What the event stage tells the other stages, in column order.
 #[derive(Clone, Copy)]
 enum SetOp {
-    /// The next column's read (loads and read-modify-writes), by `site`.
-    Read { addr: u64, size: u64, site: u32 },
+    /// The next column's read (loads and read-modify-writes: `writes`), by
+    /// `site`.
+    Read { addr: u64, size: u64, site: u32, writes: bool },
     /// A store: for the cache simulation (writes make no column).
     Write { addr: u64, size: u64, site: u32 },
+    /// The accesses from here on are by the thread in slot `slot` (for the
+    /// reuse distances' distinct lines per thread). Sent when it changes,
+    /// not with every access: an access stays 24 bytes.
+    Thread { slot: u32 },
     /// A block became live (for the allocation tint).
     Alloc { start: u64, end: u64 },
     /// The live block at `start` ended.
@@ -179,6 +186,9 @@ enum SetOp {
     /// Drop every other recorded snapshot, keeping the first.
     ThinSnapshots,
 }
+
+// Every access goes through the batches: keep an operation at 24 bytes.
+const _: () = assert!(std::mem::size_of::<SetOp>() == 24);
 
 /// Operations shared by the stages that read them.
 type Batch = Arc<Vec<SetOp>>;
@@ -240,21 +250,46 @@ struct SetResults {
     site_fetches: Vec<u64>,
 }
 
-/// The cache simulation: it sees every access in order.
+/// The cache simulation and the reuse distances: they see every access in
+/// order.
 struct CacheStage {
     simulator: CacheSimulator,
     misses: CacheMisses,
     per_site: Vec<CacheMisses>,
     columns: MissFlags,
+    reuse: ReuseQueue,
+    line_size: LineSize,
+    /// Slot of the thread making the accesses.
+    thread: usize,
 }
 
 impl CacheStage {
-    fn new(config: CacheConfig) -> CacheStage {
+    fn new(config: CacheConfig, line_size: LineSize) -> CacheStage {
         CacheStage {
             simulator: CacheSimulator::new(config),
             misses: CacheMisses::default(),
             per_site: Vec::new(),
             columns: MissFlags::default(),
+            reuse: ReuseQueue::default(),
+            line_size,
+            thread: 0,
+        }
+    }
+
+    /// The reuse distances' part of an access: a read-modify-write reads
+    /// its lines, then writes them.
+    #[inline]
+    fn measure_reuse(&mut self, addr: u64, size: u64, reads: bool, writes: bool) {
+        let (first, last) = self.line_size.lines(addr, size);
+        if reads {
+            for line in first..=last {
+                self.reuse.read(line, self.thread);
+            }
+        }
+        if writes {
+            for line in first..=last {
+                self.reuse.write(line, self.thread);
+            }
         }
     }
 
@@ -278,22 +313,26 @@ impl CacheStage {
 /// Operations between a last-level set's prefetch and its use.
 const CACHE_LOOKAHEAD: usize = 8;
 
-/// The cache stage: the simulation over the reads and writes in order.
-fn cache_stage(config: CacheConfig, receiver: Receiver<Batch>) -> CacheStage {
-    let mut cache = CacheStage::new(config);
+/// The cache stage: the simulation and the reuse distances over the reads
+/// and writes in order.
+fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batch>) -> CacheStage {
+    let mut cache = CacheStage::new(config, line_size);
     for batch in receiver {
         for (i, op) in batch.iter().enumerate() {
             if let Some(SetOp::Read { addr, .. } | SetOp::Write { addr, .. }) = batch.get(i + CACHE_LOOKAHEAD) {
                 cache.simulator.prefetch(*addr);
             }
             match *op {
-                SetOp::Read { addr, size, site } => {
+                SetOp::Read { addr, size, site, writes } => {
                     let outcome = cache.access(addr, size, site, false);
                     cache.columns.push(outcome);
+                    cache.measure_reuse(addr, size, true, writes);
                 }
                 SetOp::Write { addr, size, site } => {
                     cache.access(addr, size, site, true);
+                    cache.measure_reuse(addr, size, false, true);
                 }
+                SetOp::Thread { slot } => cache.thread = slot as usize,
                 SetOp::Alloc { .. } | SetOp::Free { .. } | SetOp::Snapshot | SetOp::ThinSnapshots => {}
             }
         }
@@ -353,7 +392,7 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
     for batch in receiver {
         for op in batch.iter() {
             match *op {
-                SetOp::Read { addr, size, site } => {
+                SetOp::Read { addr, size, site, .. } => {
                     if column == next_block {
                         pyramid.push(&spans.close_span(&mut set));
                         next_block += pyramid.block_width();
@@ -372,8 +411,8 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
                     max_rows = max_rows.max(set.len() as u32);
                     column += 1;
                 }
-                // Writes are the cache stage's.
-                SetOp::Write { .. } => {}
+                // Writes and threads are the cache stage's.
+                SetOp::Write { .. } | SetOp::Thread { .. } => {}
                 SetOp::Alloc { start, end } => {
                     live.0.insert(start, end);
                 }
@@ -444,11 +483,11 @@ struct EventStage {
     column: u64,
     /// The working-set and cache stages.
     stages: StageSender,
-    reuse: ReuseQueue,
+    /// The thread slot the cache stage was last told of.
+    told_thread: Option<usize>,
     threads: Vec<ThreadState>,
     /// Index in `threads` of the last event's thread.
     current: usize,
-    line_size: LineSize,
     calls: CallTreeBuilder,
     site_counts: Vec<SiteCounts>,
     metrics: Metrics,
@@ -485,10 +524,9 @@ impl EventStage {
             timeline,
             column: 0,
             stages,
-            reuse: ReuseQueue::default(),
+            told_thread: None,
             threads: Vec::new(),
             current: 0,
-            line_size: LineSize::new(options.working_set.line_size),
             calls: CallTreeBuilder::new(),
             site_counts: Vec::new(),
             metrics: Metrics::default(),
@@ -653,7 +691,11 @@ impl EventStage {
                 self.allocations[b].writes += 1;
             }
         }
-        let (first, last) = self.line_size.lines(a.addr, a.size);
+        if self.told_thread != Some(t) {
+            // Thread slots are indices of the trace's threads: far below 2^32.
+            self.stages.send(SetOp::Thread { slot: t as u32 });
+            self.told_thread = Some(t);
+        }
         if a.reads {
             counts.reads += 1;
             counts.bytes_read += a.size;
@@ -663,19 +705,10 @@ impl EventStage {
             if let Some(b) = block {
                 self.allocations[b].reads += 1;
             }
-            self.stages.send(SetOp::Read { addr: a.addr, size: a.size, site: a.site });
-            for line in first..=last {
-                self.reuse.read(line, t);
-            }
+            self.stages.send(SetOp::Read { addr: a.addr, size: a.size, site: a.site, writes: a.writes });
             self.column += 1;
-        }
-        if a.writes {
-            for line in first..=last {
-                self.reuse.write(line, t);
-            }
-            if !a.reads {
-                self.stages.send(SetOp::Write { addr: a.addr, size: a.size, site: a.site });
-            }
+        } else if a.writes {
+            self.stages.send(SetOp::Write { addr: a.addr, size: a.size, site: a.site });
         }
     }
 

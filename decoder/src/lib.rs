@@ -35,6 +35,7 @@ pub mod heap_bins;
 pub mod heap_raster;
 pub mod heap_scene;
 pub mod inspect;
+mod line_positions;
 pub mod line_table;
 pub mod lines;
 pub mod model;

@@ -5,8 +5,12 @@
 //! accessed); a first access has no distance ("cold"). With the time of each
 //! line's last access marked, the distance is the number of marks after
 //! that time. Marks are bits, 64 time slots to a word, and a Fenwick tree
-//! counts marks per word: O(log(n/64)) per access on a tree small enough to
-//! stay in the L1 cache, which is what makes this fast.
+//! counts marks per block of eight words (one host cache line): O(log(n/512))
+//! per access, plus the popcounts of at most eight words that sit in one
+//! cache line. Per block, not per word, the tree is an eighth of the size
+//! (64 KiB instead of 512 KiB for the 280,000 lines of the miss-heavy
+//! benchmark trace), so its walks stay in the CPU's nearest caches, which
+//! is what makes this fast.
 //!
 //! Memory is bounded by the number of distinct lines, not by the trace
 //! length: when the time axis fills the tree, the live marks (one per line)
@@ -89,7 +93,8 @@ pub struct ReuseDistance {
     overflow: HashMap<usize, std::collections::HashSet<u64, BuildLineHasher>>,
     /// One bit per time slot: set when it is some line's last read.
     marks: Vec<u64>,
-    /// Fenwick tree over the number of marks in each word of `marks`.
+    /// Fenwick tree over the number of marks in each block of
+    /// [`WORDS_PER_BLOCK`] words of `marks`.
     tree: Vec<u32>,
     now: u32,
     live: u32,
@@ -111,7 +116,7 @@ impl ReuseDistance {
             lines: LineTable::new(),
             overflow: HashMap::new(),
             marks: vec![0; MIN_SLOTS / 64],
-            tree: vec![0; MIN_SLOTS / 64],
+            tree: vec![0; MIN_SLOTS / 64 / WORDS_PER_BLOCK],
             now: 0,
             live: 0,
             last: None,
@@ -208,8 +213,12 @@ impl ReuseDistance {
         let word = t as usize / 64;
         let bit = t % 64;
         let within = if bit == 63 { u64::MAX } else { (1u64 << (bit + 1)) - 1 };
-        let mut sum = (self.marks[word] & within).count_ones();
-        let mut i = word;
+        let block = word / WORDS_PER_BLOCK;
+        // The words of its block before it (same host cache line), then
+        // the blocks before.
+        let mut sum = (self.marks[word] & within).count_ones()
+            + self.marks[block * WORDS_PER_BLOCK..word].iter().map(|w| w.count_ones()).sum::<u32>();
+        let mut i = block;
         while i > 0 {
             sum += self.tree[i - 1];
             i &= i - 1;
@@ -221,7 +230,7 @@ impl ReuseDistance {
     fn add(&mut self, t: u32, delta: i32) {
         let word = t as usize / 64;
         self.marks[word] ^= 1 << (t % 64);
-        let mut i = word + 1;
+        let mut i = word / WORDS_PER_BLOCK + 1;
         while i <= self.tree.len() {
             self.tree[i - 1] = self.tree[i - 1].wrapping_add_signed(delta);
             i += i & i.wrapping_neg();
@@ -237,16 +246,16 @@ impl ReuseDistance {
         order.sort_unstable();
         let slots = (order.len() * 16).max(MIN_SLOTS).next_power_of_two();
         self.marks = vec![0; slots / 64];
-        self.tree = vec![0; slots / 64];
+        self.tree = vec![0; slots / 64 / WORDS_PER_BLOCK];
         for (new_time, &(_, line)) in order.iter().enumerate() {
             if let Some(e) = self.lines.get_mut(line) {
                 e.last_read = new_time as u32;
             }
             self.marks[new_time / 64] |= 1 << (new_time % 64);
         }
-        // Build the tree in O(n): word counts, then push partial sums up.
-        for (count, word) in self.tree.iter_mut().zip(&self.marks) {
-            *count = word.count_ones();
+        // Build the tree in O(n): block counts, then push partial sums up.
+        for (count, block) in self.tree.iter_mut().zip(self.marks.chunks(WORDS_PER_BLOCK)) {
+            *count = block.iter().map(|w| w.count_ones()).sum();
         }
         let size = self.tree.len();
         for i in 1..=size {
@@ -259,6 +268,10 @@ impl ReuseDistance {
         self.now = order.len() as u32;
     }
 }
+
+/// Words of marks per leaf of the tree: 64 bytes, one host cache line.
+/// `MIN_SLOTS / 64` is a multiple of it, so every block is whole.
+const WORDS_PER_BLOCK: usize = 8;
 
 /// A [`ReuseDistance`] fed a few accesses late: each access starts loading
 /// its line's entry when it arrives and is applied [`QUEUE_DEPTH`] accesses
@@ -363,6 +376,31 @@ mod tests {
                 Some(distinct.len() as u64)
             })
             .collect()
+    }
+
+    /// Against an LRU stack (the distance is the line's depth in it), on
+    /// enough lines that compactions leave marks spread over many blocks
+    /// of the tree, with runs of neighbours and repeats mixed in.
+    #[test]
+    fn matches_an_lru_stack_over_many_lines() {
+        let mut seed = 11u64;
+        let mut stack: Vec<u64> = Vec::new();
+        let mut r = ReuseDistance::new();
+        for i in 0..150_000u64 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let line = match i % 4 {
+                0 => (seed >> 33) % 2_000,
+                1 => i / 4 % 1_500,
+                2 => (seed >> 40) % 40,
+                _ => stack.first().copied().unwrap_or(0),
+            };
+            let want = stack.iter().position(|&l| l == line).map(|depth| {
+                stack.remove(depth);
+                depth as u64
+            });
+            stack.insert(0, line);
+            assert_eq!(r.access(line, 0), want, "access {i} of line {line}");
+        }
     }
 
     #[test]

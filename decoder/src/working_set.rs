@@ -24,9 +24,9 @@
 //! ([`FastWorkingSet`]); it sorts when a snapshot is taken.
 //! Writes do not enter the set: the bitmap shows how reads use lines.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use crate::hashing::BuildFastHasher;
+use crate::line_positions::LinePositions;
 use crate::lines::{LineSize, byte_mask};
 use crate::spans::LineSums;
 
@@ -233,33 +233,35 @@ impl LineStore for SortedLines {
     }
 }
 
-/// Lines in a dense vector (no order) with a hash index from line number to
-/// position: O(1) updates, and visiting every line (once per summary
-/// block) walks contiguous memory instead of a sparse hash table of large
-/// entries. A removal moves the last line into the hole.
+/// Lines in a dense vector (no order) with an index from line number to
+/// position ([`LinePositions`]): O(1) updates, and visiting every line (once
+/// per summary block) walks contiguous memory instead of a sparse hash
+/// table of large entries. A removal moves the last line into the hole.
 #[derive(Clone, Debug, Default)]
 pub struct HashedLines {
-    index: HashMap<u64, u32, BuildFastHasher>,
+    index: LinePositions,
     lines: Vec<LineState>,
 }
 
 impl LineStore for HashedLines {
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
-        let &i = self.index.get(&line)?;
+        let i = self.index.get(line)?;
         self.lines.get_mut(i as usize)
     }
+    #[inline]
     fn insert(&mut self, state: LineState) {
-        match self.index.get(&state.line) {
-            Some(&i) => self.lines[i as usize] = state,
+        match self.index.get(state.line) {
+            Some(i) => self.lines[i as usize] = state,
             None => {
                 self.index.insert(state.line, self.lines.len() as u32);
                 self.lines.push(state);
             }
         }
     }
+    #[inline]
     fn remove(&mut self, line: u64) -> Option<LineState> {
-        let i = self.index.remove(&line)? as usize;
+        let i = self.index.remove(line)? as usize;
         let state = self.lines.swap_remove(i);
         if let Some(moved) = self.lines.get(i) {
             self.index.insert(moved.line, i as u32);

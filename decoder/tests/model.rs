@@ -169,6 +169,31 @@ fn a_truncated_trace_decodes_and_says_so() {
     assert_eq!(model.call_tree.frames[0].end_column, model.columns);
 }
 
+/// Distinct lines are counted per thread (a line two threads touch counts
+/// for both, once in the total), writes included.
+#[test]
+fn distinct_lines_per_thread() {
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
+    let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
+    w.set_chunk_target(64);
+    let read = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let write = w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Write, size: 8, count: 1 });
+    w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
+    // Thread 1: lines 0 and 1, several times; thread 2: lines 1, 2, 3 and
+    // a write of line 4; the threads' chunks interleave.
+    for round in 0..20u64 {
+        w.push(1, &Event::Access { site: read, addr: (round % 2) * 64 }).expect("push");
+        w.push(2, &Event::Access { site: read, addr: 64 + (round % 3) * 64 }).expect("push");
+    }
+    w.push(2, &Event::Access { site: write, addr: 4 * 64 }).expect("push");
+    w.finish(&Trailer::default()).expect("finish");
+    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let lines: Vec<(u32, u64)> = model.threads.iter().map(|(&tid, t)| (tid, t.unique_lines)).collect();
+    assert_eq!(lines, [(1, 2), (2, 4)]);
+    assert_eq!(model.total.unique_lines, 5);
+    assert_eq!(model.total.reads, 40);
+}
+
 #[test]
 fn metrics_of_a_strided_sweep() {
     // 4 reads of 16 bytes per line over 8 lines, then the same again.
