@@ -171,6 +171,28 @@ fn the_summary_built_while_decoding_equals_spans_by_replay() {
     }
 }
 
+/// The whole trace, 64 rows high, `width` pixels wide.
+fn whole_trace(model: &Model, width: u32) -> BitmapView {
+    BitmapView {
+        columns: (0.0, model.columns as f64),
+        rows: (0.0, 64.0),
+        width,
+        height: 64,
+        alpha: 1.0,
+        colour_by: ColourBy::BytesRead,
+    }
+}
+
+/// `view` drawn exactly, from spans, and from the summary.
+fn three_ways(model: &Model, view: &BitmapView) -> [decoder::raster::Image; 3] {
+    let p = Palette::default();
+    [
+        rasterize_exact(model, view, &p, &mut |_, _| true).expect("exact"),
+        rasterize_from_spans(model, view, &p, &mut |_, _| true).expect("spans"),
+        rasterize_from_summary(model, view, &p).expect("summary"),
+    ]
+}
+
 /// Zoomed out, the summary and the spans draw what the exact rasteriser
 /// draws, up to where rows are placed: every pixel column carries the
 /// same amount of colour, and the same rows are lit.
@@ -178,19 +200,8 @@ fn the_summary_built_while_decoding_equals_spans_by_replay() {
 fn zoomed_out_pictures_agree_with_the_exact_one() {
     let path = trace(11, 60_000, 80, 1 << 20);
     let model = Model::decode(&path, &options(64, 1000), &mut |_| {}).expect("decode");
-    let p = Palette::default();
-    let columns = model.columns as f64;
-    let view = BitmapView {
-        columns: (0.0, columns),
-        rows: (0.0, 64.0),
-        width: 12,
-        height: 64,
-        alpha: 1.0,
-        colour_by: ColourBy::BytesRead,
-    };
-    let exact = rasterize_exact(&model, &view, &p, &mut |_, _| true).expect("exact");
-    let spans = rasterize_from_spans(&model, &view, &p, &mut |_, _| true).expect("spans");
-    let summary = rasterize_from_summary(&model, &view, &p).expect("summary");
+    let view = whole_trace(&model, 12);
+    let [exact, spans, summary] = three_ways(&model, &view);
     let column_mean = |img: &decoder::raster::Image, x: u32| -> [f64; 3] {
         let mut m = [0.0; 3];
         for y in 0..img.height {
@@ -211,6 +222,29 @@ fn zoomed_out_pictures_agree_with_the_exact_one() {
             (0..img.height).filter(|&y| img.pixel(0, y)[..3] != exact.pixel(0, img.height - 1)[..3]).count()
         };
         assert!(lit(img).abs_diff(lit(&exact)) <= 2, "{name}: rows lit {} vs {}", lit(img), lit(&exact));
+    }
+}
+
+/// Where no line enters or leaves the set (a hot tail), spans are exact,
+/// so zoomed-out pictures equal the exact one pixel by pixel there. Each
+/// pixel column is its own: nothing of the columns drawn before it (here a
+/// busier stretch) may show in it.
+#[test]
+fn zoomed_out_pixels_without_insertions_equal_the_exact_ones() {
+    let path = trace_with_hot_tail(5, 30_000, 80, 1 << 20, 20_000);
+    let model = Model::decode(&path, &options(64, 1000), &mut |_| {}).expect("decode");
+    assert_eq!(model.columns, 70_000);
+    let view = whole_trace(&model, 14);
+    let [exact, spans, summary] = three_ways(&model, &view);
+    // Pixel columns 7.. (from column 35,000) lie in the hot tail.
+    for (name, img) in [("spans", &spans), ("summary", &summary)] {
+        for x in 7..view.width {
+            for y in 0..view.height {
+                let (a, b) = (exact.pixel(x, y), img.pixel(x, y));
+                let worst = (0..3).map(|k| a[k].abs_diff(b[k])).max().unwrap_or(0);
+                assert!(worst <= 3, "{name}: pixel ({x}, {y}) is {b:?}, exactly {a:?}");
+            }
+        }
     }
 }
 
