@@ -23,6 +23,15 @@ pub fn set_waker(wake: impl Fn() + Send + Sync + 'static) {
     let _ = WAKER.set(Box::new(wake));
 }
 
+/// Wakes the window (when a waker is set): work off the UI thread that
+/// ended calls this, so its result is shown at once, not at the next paced
+/// frame.
+pub fn wake_window() {
+    if let Some(wake) = WAKER.get() {
+        wake();
+    }
+}
+
 /// A flag the work checks to give up early.
 #[derive(Clone, Debug, Default)]
 pub struct Cancel(Arc<AtomicBool>);
@@ -105,9 +114,7 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
             let result = work(flag);
             // Cancelled work too: what is queued behind it starts at the
             // next frame.
-            if let Some(wake) = WAKER.get() {
-                wake();
-            }
+            wake_window();
             result
         });
         self.running = Some(Running { key, task, cancel });
@@ -173,21 +180,42 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
     }
 }
 
+/// Counting wake-ups in tests: the waker is set once per process, so the
+/// tests that count share one counter and take turns.
+#[cfg(test)]
+pub(crate) mod wakes {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, MutexGuard};
+
+    static WAKES: AtomicUsize = AtomicUsize::new(0);
+    static TURN: Mutex<()> = Mutex::new(());
+
+    /// Wake-ups so far, and the turn to count them (hold it while counting).
+    pub(crate) fn count() -> (usize, MutexGuard<'static, ()>) {
+        let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+        super::set_waker(|| {
+            WAKES.fetch_add(1, Ordering::SeqCst);
+        });
+        (WAKES.load(Ordering::SeqCst), turn)
+    }
+
+    /// Wake-ups since `before`.
+    pub(crate) fn since(before: usize) -> usize {
+        WAKES.load(Ordering::SeqCst) - before
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
     use std::time::{Duration, Instant};
 
     /// Ended work wakes the window, cancelled work included, and the work
     /// queued behind cancelled work runs.
     #[test]
     fn ended_work_wakes_the_window() {
-        static WAKES: AtomicUsize = AtomicUsize::new(0);
         AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
-        set_waker(|| {
-            WAKES.fetch_add(1, Ordering::SeqCst);
-        });
+        let (before, _turn) = wakes::count();
         let mut job: Job<u32, u32> = Job::default();
         job.want(1, |cancel| {
             // Runs until cancelled by the request for key 2.
@@ -203,6 +231,6 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((2, 20)));
-        assert_eq!(WAKES.load(Ordering::SeqCst), 2, "the cancelled work and the finished one");
+        assert_eq!(wakes::since(before), 2, "the cancelled work and the finished one");
     }
 }

@@ -101,8 +101,12 @@ impl Session {
         let total_bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         let (path, options, p, b) = (self.path.clone(), self.options, preview.clone(), bytes.clone());
         let handle = std::thread::Builder::new().name("linetrace-decode".into()).spawn(move || {
-            Model::decode_with_preview(&path, &options, &mut |done| b.store(done, Ordering::Relaxed), p)
-                .map_err(|e| decoder::symbols::error_chain(&e))
+            let model = Model::decode_with_preview(&path, &options, &mut |done| b.store(done, Ordering::Relaxed), p)
+                .map_err(|e| decoder::symbols::error_chain(&e));
+            // Frames are half a second apart while loading: show the
+            // decoded trace (or the error) now.
+            crate::jobs::wake_window();
+            model
         });
         match handle {
             Ok(handle) => {
@@ -154,5 +158,37 @@ impl Session {
             Err(_) => self.error = Some("decoding failed unexpectedly".to_string()),
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+
+    /// The end of a decoding wakes the window (frames are half a second
+    /// apart while loading), and the next frame takes the model in.
+    #[test]
+    fn finished_decoding_wakes_the_window() {
+        let path = std::env::temp_dir().join(format!("linetrace-session-{}.lntrace", std::process::id()));
+        let mut w =
+            TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
+        let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+        w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
+        for i in 0..100u64 {
+            w.push(1, &Event::Access { site, addr: i * 8 }).expect("push");
+        }
+        w.finish(&Trailer::default()).expect("finish");
+        let (before, _turn) = crate::jobs::wakes::count();
+        let mut session = Session::open(path.clone(), DecodeOptions::default(), SymbolPaths::default());
+        let start = Instant::now();
+        while !session.loading.as_ref().is_some_and(|l| l.handle.is_finished()) {
+            assert!(start.elapsed() < Duration::from_secs(20), "decoding a 100-read trace takes seconds");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(crate::jobs::wakes::since(before), 1);
+        assert!(session.poll(&mut Viewport::default()), "the model is taken in");
+        assert_eq!(session.loaded.as_ref().map(|l| l.model.total.reads), Some(100));
+        let _ = std::fs::remove_file(&path);
     }
 }

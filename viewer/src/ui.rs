@@ -1148,8 +1148,8 @@ fn loading_view(
     let area = egui::Rect::from_min_max(full.min + egui::vec2(GUTTER_W, 24.0), full.max);
     let size = ((area.width() * ppp) as u32, (area.height() * ppp) as u32);
     // A new preview picture when more is decoded, the last is done, and
-    // it is at least PREVIEW_EVERY old (copying the preview costs as much
-    // as drawing it, and both take a core from the decoder).
+    // it is at least PREVIEW_EVERY old (drawing it takes a core from the
+    // decoder).
     let blocks = loading.preview.blocks();
     let stale = work.preview.latest().is_none_or(|(k, _)| *k != (blocks, size.0, size.1));
     let due = state.preview_started.is_none_or(|t| t.elapsed() >= PREVIEW_EVERY);

@@ -225,7 +225,7 @@ pub fn want_preview(work: &mut Work, state: PreviewState, size: (u32, u32), colo
         let (read, total) = state.bytes;
         // Columns are about proportional to bytes of the file.
         let estimate = if read > 0 { (done as f64 * total as f64 / read as f64) as u64 } else { done }.max(done).max(1);
-        let rows = state.blocks.iter().map(Vec::len).max().unwrap_or(1).max(1) as f64;
+        let rows = state.blocks.iter().map(|b| b.len()).max().unwrap_or(1).max(1) as f64;
         let view = BitmapView {
             columns: (0.0, estimate as f64),
             rows: (0.0, rows),
@@ -234,7 +234,7 @@ pub fn want_preview(work: &mut Work, state: PreviewState, size: (u32, u32), colo
             alpha: 1.0,
             colour_by,
         };
-        let blocks: Vec<&[decoder::pyramid::SummaryCell]> = state.blocks.iter().map(Vec::as_slice).collect();
+        let blocks: Vec<&[decoder::pyramid::SummaryCell]> = state.blocks.iter().map(|b| &b[..]).collect();
         let image =
             decoder::raster::rasterize_blocks(&blocks, state.block_width, done, &view, &Palette::default()).ok()?;
         Some(PreviewPicture { image: to_egui(&image), columns: (done, estimate) })
