@@ -97,7 +97,7 @@ pub const MAX_CATEGORY_COLUMNS: u64 = 4_000_000;
 /// Names the function holding an address (a frame's entry, an allocation's
 /// call site): colouring by category gives a cell the colour of that name's
 /// flamegraph frame ([`frame_colour`]).
-pub type FunctionNames<'a> = &'a dyn Fn(u64) -> String;
+pub type FunctionNames<'a> = &'a (dyn Fn(u64) -> String + Sync);
 
 /// Colour of lines outside any recorded block when colouring by allocation.
 const NO_CATEGORY: Colour = [0.42, 0.42, 0.46];
@@ -682,8 +682,29 @@ pub fn rasterize_exact(
     rasterize_exact_with(model, view, palette, &|pc| format!("{pc:#x}"), progress)
 }
 
-/// [`rasterize_exact`], naming functions for colouring by category.
+/// [`rasterize_exact`], naming functions for colouring by category. A
+/// range of many columns is drawn in two halves at once ([`in_two_halves`]).
 fn rasterize_exact_with(
+    model: &Model,
+    view: &BitmapView,
+    palette: &Palette,
+    names: FunctionNames<'_>,
+    progress: Progress<'_>,
+) -> Result<Image, DecodeError> {
+    let (a, b) = view.columns;
+    if b - a < PARALLEL_EXACT_COLUMNS || view.width < 64 {
+        return rasterize_exact_part(model, view, palette, names, progress);
+    }
+    in_two_halves(view, palette, progress, |half, progress| rasterize_exact_part(model, half, palette, names, progress))
+}
+
+/// Columns above which exact drawing splits its pixels between two threads
+/// (each replays its half from its own snapshot): about a frame's worth of
+/// drawing, more than the second replay up to the half costs.
+const PARALLEL_EXACT_COLUMNS: f64 = 1_000.0;
+
+/// One thread's part of [`rasterize_exact_with`].
+fn rasterize_exact_part(
     model: &Model,
     view: &BitmapView,
     palette: &Palette,
@@ -932,16 +953,29 @@ pub fn rasterize_from_spans(
     if b - a < PARALLEL_SPAN_COLUMNS || view.width < 64 {
         return rasterize_spans_part(model, view, palette, progress);
     }
+    in_two_halves(view, palette, progress, |half, progress| rasterize_spans_part(model, half, palette, progress))
+}
+
+/// Draws `view` as two pictures at once, of the pixels left and right of a
+/// pixel edge, with `part` (a thread each; this thread's part reports the
+/// progress of both), and puts them side by side. Every pixel is drawn by
+/// one part, from the same cells, so the picture is the one `part` would
+/// draw of the whole view.
+fn in_two_halves(
+    view: &BitmapView,
+    palette: &Palette,
+    progress: Progress<'_>,
+    part: impl Fn(&BitmapView, Progress<'_>) -> Result<Image, DecodeError> + Sync,
+) -> Result<Image, DecodeError> {
+    let (a, b) = view.columns;
     let k = view.width / 2;
     let split = a + f64::from(k) * view.columns_per_pixel();
     let left = BitmapView { columns: (a, split), width: k, ..*view };
     let right = BitmapView { columns: (split, b), width: view.width - k, ..*view };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (l, r) = std::thread::scope(|s| {
-        let other = s.spawn(|| {
-            rasterize_spans_part(model, &right, palette, &mut |_, _| !stop.load(std::sync::atomic::Ordering::Relaxed))
-        });
-        let mine = rasterize_spans_part(model, &left, palette, &mut |done, all| {
+        let other = s.spawn(|| part(&right, &mut |_, _| !stop.load(std::sync::atomic::Ordering::Relaxed)));
+        let mine = part(&left, &mut |done, all| {
             let go = progress(done, all * 2);
             if !go {
                 stop.store(true, std::sync::atomic::Ordering::Relaxed);
