@@ -7,12 +7,18 @@
 //! Cells are stored quantized (6 bytes per block and row). Level 0 holds at
 //! most [`MAX_LEVEL0_CELLS`] cells: when a trace would need more, blocks
 //! double in width (as the working-set snapshots do), so the summary of any
-//! trace stays within about 200 MB.
+//! trace stays within about 400 MB (192 MB of level 0 and as much again in
+//! the coarser levels).
 
 use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 
 /// Most cells (blocks x rows) level 0 keeps before its blocks double.
-pub const MAX_LEVEL0_CELLS: usize = 1 << 24;
+/// 2^25: a 100M-read trace of 512 rows keeps blocks of 2,048 columns, so
+/// a view of 2,048 columns per pixel or more is drawn from the summary
+/// (at 2^24, 4,096: a zoom step at 3,604 replayed 6M columns, 340-380 ms
+/// in the viewer). The viewer's peak memory on that trace stays under
+/// 1 GiB because the decoding preview no longer copies level 0.
+pub const MAX_LEVEL0_CELLS: usize = 1 << 25;
 /// Width of level-0 blocks to start with: `2^10` columns (they double for
 /// long traces).
 pub const FIRST_SHIFT: u32 = 10;
@@ -184,55 +190,100 @@ impl BitmapPyramid {
 }
 
 /// The summary as far as decoding has got, for a picture before the trace
-/// is decoded: level-0 blocks so far, shared with the decoding thread.
+/// is decoded: the blocks so far, shared with the decoding thread. At most
+/// one more than [`PREVIEW_BLOCKS`] of them: past that, pairs merge (a
+/// preview picture is a window wide), so the preview never holds a second
+/// copy of level 0.
 #[derive(Debug, Default)]
 pub struct Preview {
-    inner: std::sync::Mutex<PreviewState>,
+    inner: std::sync::Mutex<PreviewBuild>,
 }
+
+/// Most blocks a [`Preview`] keeps.
+pub const PREVIEW_BLOCKS: usize = 4096;
 
 /// A copy of the preview's state.
 #[derive(Clone, Debug, Default)]
 pub struct PreviewState {
-    /// Width of the blocks (it doubles for very long traces; the blocks
-    /// are then those of the new width).
+    /// Width of the blocks (it doubles for very long traces).
     pub block_width: u64,
     /// Blocks decoded so far, row 0 first. Shared, not copied, with each
-    /// copy of the state: a copy for each preview picture, made under the
-    /// lock the decoder's pushes wait on, copied every cell (100 MB at the
-    /// end of a 100M-read trace).
+    /// copy of the state: a copy for each preview picture is made under
+    /// the lock the decoder's pushes wait on.
     pub blocks: Vec<std::sync::Arc<[SummaryCell]>>,
     /// Bytes of the trace file read so far, and in all.
     pub bytes: (u64, u64),
 }
 
+/// The preview and what it is built from.
+#[derive(Debug, Default)]
+struct PreviewBuild {
+    state: PreviewState,
+    /// Width of level 0's blocks.
+    source_width: u64,
+    /// Level-0 blocks since the last preview block, when a preview block
+    /// is several of them.
+    tail: Vec<std::sync::Arc<[SummaryCell]>>,
+}
+
+/// `blocks` of `width` columns each as a level (to merge as the pyramid's
+/// levels are).
+fn as_level(blocks: &[std::sync::Arc<[SummaryCell]>], width: u64) -> Level {
+    let mut level = Level::new(width.trailing_zeros());
+    for block in blocks {
+        level.push(block.iter().copied());
+    }
+    level
+}
+
 impl Preview {
     /// The state now.
     pub fn state(&self) -> PreviewState {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).state.clone()
     }
 
     /// Blocks decoded so far (cheap: no copy).
     pub fn blocks(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).blocks.len()
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).state.blocks.len()
     }
 
-    /// Columns decoded so far.
+    /// Columns decoded so far (in whole preview blocks).
     pub fn columns(&self) -> u64 {
-        let s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        s.blocks.len() as u64 * s.block_width
+        let b = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        b.state.blocks.len() as u64 * b.state.block_width
     }
 
     pub(crate) fn set_bytes(&self, done: u64, total: u64) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).bytes = (done, total);
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).state.bytes = (done, total);
     }
 
     fn push(&self, level: &Level) {
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if s.block_width != 1 << level.shift {
-            s.block_width = 1 << level.shift;
-            s.blocks = (0..level.blocks()).map(|i| level.block(i).into()).collect();
+        let mut b = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let width = 1u64 << level.shift;
+        if b.source_width != width {
+            // Level 0's blocks doubled (or this is the first): start over
+            // from them.
+            b.source_width = width;
+            b.state.block_width = width;
+            b.state.blocks = (0..level.blocks()).map(|i| level.block(i).into()).collect();
+            b.tail.clear();
         } else if let Some(i) = level.blocks().checked_sub(1) {
-            s.blocks.push(level.block(i).into());
+            b.tail.push(level.block(i).into());
+            if b.tail.len() as u64 * width >= b.state.block_width {
+                let mut merged = as_level(&b.tail, width);
+                while merged.blocks() > 1 {
+                    merged = merged.coarser((merged.blocks() as u64) << merged.shift);
+                }
+                b.state.blocks.push(merged.block(0).into());
+                b.tail.clear();
+            }
+        }
+        while b.state.blocks.len() > PREVIEW_BLOCKS && b.state.blocks.len() % 2 == 0 {
+            // Blocks are whole while decoding: merge pairs as a level does.
+            let whole = as_level(&b.state.blocks, b.state.block_width);
+            let merged = whole.coarser(b.state.blocks.len() as u64 * b.state.block_width);
+            b.state.block_width *= 2;
+            b.state.blocks = (0..merged.blocks()).map(|i| merged.block(i).into()).collect();
         }
     }
 }
@@ -300,6 +351,30 @@ mod tests {
                 .iter()
                 .map(|&o| SpanRow { occupancy: o, means: CellMeans { fresh, ..CellMeans::default() } })
                 .collect(),
+        }
+    }
+
+    /// A long decoding's preview keeps at most PREVIEW_BLOCKS + 1 blocks, and
+    /// they are the pyramid's own blocks of that width (merged the same
+    /// way), also for the blocks pushed after it started merging.
+    #[test]
+    fn the_preview_holds_the_pyramid_level_of_its_width() {
+        let preview = std::sync::Arc::new(Preview::default());
+        let mut builder = PyramidBuilder::with_preview(preview.clone());
+        let blocks = 10_001u64;
+        for i in 0..blocks {
+            let occupancy = [1.0, (i % 7) as f64 / 7.0, (i % 3) as f64 / 3.0];
+            builder.push(&span(&occupancy[..1 + (i % 3) as usize], (i % 13) as f64 / 13.0));
+            let state = preview.state();
+            assert!(state.blocks.len() <= PREVIEW_BLOCKS + 1, "{} blocks after {i}", state.blocks.len());
+        }
+        let state = preview.state();
+        let pyramid = builder.finish(blocks << FIRST_SHIFT);
+        assert_eq!(state.block_width, 4 << FIRST_SHIFT, "halved twice");
+        assert_eq!(state.blocks.len(), 2500, "the last block waits for its fourth part");
+        let level = pyramid.levels.iter().find(|l| 1u64 << l.shift == state.block_width).expect("level");
+        for (i, block) in state.blocks.iter().enumerate() {
+            assert_eq!(&block[..], level.block(i), "block {i}");
         }
     }
 
