@@ -519,6 +519,8 @@ impl<'v> CoverageGrid<'v> {
     /// (its own `f^alpha`); cells wholly inside a pixel share one `f`, so a
     /// run costs O(pixels it spans), not O(columns).
     fn add_run(&mut self, row: usize, start: u64, end: u64, colour: Colour) {
+        // Runs span pixel columns: they need the whole grid of sums.
+        debug_assert!(self.finished.is_none(), "runs on a column-by-column grid");
         let (w, h) = (self.view.width as usize, self.view.height as usize);
         let (a, cw, alpha) = (self.view.columns.0, self.cw, self.view.alpha);
         let (start, end) = (start as f64, end as f64);
