@@ -83,7 +83,18 @@ impl LinePositions {
         let (i, found) = self.find(line);
         if found {
             self.slots[i].1 = position;
-            return;
+        } else {
+            self.insert_if_absent(line, position);
+        }
+    }
+
+    /// Inserts `line` at `position` unless it is there already; its
+    /// position then (one probe for both).
+    #[inline]
+    pub fn insert_if_absent(&mut self, line: u64, position: u32) -> Option<u32> {
+        let (i, found) = self.find(line);
+        if found {
+            return Some(self.slots[i].1);
         }
         self.slots[i] = (line, position);
         self.len += 1;
@@ -91,6 +102,7 @@ impl LinePositions {
         if self.len * 2 > self.slots.len() {
             self.grow();
         }
+        None
     }
 
     /// Removes `line`; its position, if it was there.
@@ -162,6 +174,10 @@ mod tests {
             };
             if seed >> 62 == 0 {
                 assert_eq!(map.remove(line), reference.remove(&line), "removing line {line}");
+            } else if seed >> 62 == 1 {
+                let had = reference.get(&line).copied();
+                assert_eq!(map.insert_if_absent(line, i), had, "line {line}");
+                reference.entry(line).or_insert(i);
             } else {
                 map.insert(line, i);
                 reference.insert(line, i);

@@ -693,11 +693,9 @@ fn rasterize_exact_with(
     names: FunctionNames<'_>,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
-    let (a, b) = view.columns;
-    if b - a < PARALLEL_EXACT_COLUMNS || view.width < 64 {
-        return rasterize_exact_part(model, view, palette, names, progress);
-    }
-    in_two_halves(view, palette, progress, |half, progress| rasterize_exact_part(model, half, palette, names, progress))
+    in_two_halves(view, palette, PARALLEL_EXACT_COLUMNS, progress, |half, progress| {
+        rasterize_exact_part(model, half, palette, names, progress)
+    })
 }
 
 /// Columns above which exact drawing splits its pixels between two threads
@@ -951,25 +949,31 @@ pub fn rasterize_from_spans(
     palette: &Palette,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
-    let (a, b) = view.columns;
-    if b - a < PARALLEL_SPAN_COLUMNS || view.width < 64 {
-        return rasterize_spans_part(model, view, palette, progress);
-    }
-    in_two_halves(view, palette, progress, |half, progress| rasterize_spans_part(model, half, palette, progress))
+    in_two_halves(view, palette, PARALLEL_SPAN_COLUMNS, progress, |half, progress| {
+        rasterize_spans_part(model, half, palette, progress)
+    })
 }
+
+/// Views narrower than this are drawn whole, on one thread.
+const MIN_SPLIT_PIXELS: u32 = 64;
 
 /// Draws `view` as two pictures at once, of the pixels left and right of a
 /// pixel edge, with `part` (a thread each; this thread's part reports the
-/// progress of both), and puts them side by side. Every pixel is drawn by
-/// one part, from the same cells, so the picture is the one `part` would
-/// draw of the whole view.
+/// progress of both), and puts them side by side; a view of fewer than
+/// `min_columns` columns or [`MIN_SPLIT_PIXELS`] pixels is `part` of the
+/// whole. Every pixel is drawn by one part, from the same cells, so the
+/// picture is the one `part` would draw of the whole view.
 fn in_two_halves(
     view: &BitmapView,
     palette: &Palette,
+    min_columns: f64,
     progress: Progress<'_>,
     part: impl Fn(&BitmapView, Progress<'_>) -> Result<Image, DecodeError> + Sync,
 ) -> Result<Image, DecodeError> {
     let (a, b) = view.columns;
+    if b - a < min_columns || view.width < MIN_SPLIT_PIXELS {
+        return part(view, progress);
+    }
     let k = view.width / 2;
     let split = a + f64::from(k) * view.columns_per_pixel();
     let left = BitmapView { columns: (a, split), width: k, ..*view };

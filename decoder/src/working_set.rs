@@ -251,12 +251,9 @@ impl LineStore for HashedLines {
     }
     #[inline]
     fn insert(&mut self, state: LineState) {
-        match self.index.get(state.line) {
+        match self.index.insert_if_absent(state.line, self.lines.len() as u32) {
             Some(i) => self.lines[i as usize] = state,
-            None => {
-                self.index.insert(state.line, self.lines.len() as u32);
-                self.lines.push(state);
-            }
+            None => self.lines.push(state),
         }
     }
     #[inline]
