@@ -84,3 +84,42 @@ fn search_steps_through_matching_frames_and_fits_them() {
     app.update();
     assert_eq!(app.world().resource::<SearchState>().current, None);
 }
+
+/// The systems of each schedule on a thread of their own, recording where
+/// they ran, over `frames` frames.
+fn threads_systems_ran_on(
+    plugin: Option<viewer::SystemsOnTheFrameThread>,
+    frames: usize,
+) -> Vec<std::thread::ThreadId> {
+    use std::sync::{Arc, Mutex};
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut app = App::new();
+    app.add_plugins(MinimalPlugins);
+    // Independent systems: a multi-threaded executor may run them at once.
+    for _ in 0..16 {
+        let seen = seen.clone();
+        app.add_systems(Update, move || seen.lock().expect("not poisoned").push(std::thread::current().id()));
+    }
+    if let Some(plugin) = plugin {
+        app.add_plugins(plugin);
+    }
+    app.finish();
+    app.cleanup();
+    for _ in 0..frames {
+        app.update();
+    }
+    let mut threads = seen.lock().expect("not poisoned").clone();
+    threads.sort_by_key(|t| format!("{t:?}"));
+    threads.dedup();
+    threads
+}
+
+#[test]
+fn every_system_runs_on_the_frame_thread() {
+    let here = std::thread::current().id();
+    assert_eq!(threads_systems_ran_on(Some(viewer::SystemsOnTheFrameThread), 20), vec![here]);
+    // The check can see another thread: without the plugin, systems run on
+    // the compute pool too.
+    let pooled = threads_systems_ran_on(None, 20);
+    assert!(pooled.iter().any(|t| *t != here), "{pooled:?}");
+}
