@@ -2,9 +2,9 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, BackgroundWriter, Damage, Event, EventBatch, FormatError, MappedRange, Metadata,
-    Module, PACKED_ADDRESS_BITS, Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer,
-    TruncationReason, unpack_access,
+    AccessKind, AllocKind, Allocation, BackgroundWriter, CustomAllocation, CustomOp, Damage, Event, EventBatch,
+    FormatError, MappedRange, Metadata, Module, PACKED_ADDRESS_BITS, Record, Site, TargetExit, TraceEnd, TraceReader,
+    TraceWriter, Trailer, TruncationReason, unpack_access,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
@@ -447,6 +447,46 @@ fn flow_events() -> Vec<(u32, Event)> {
     events
 }
 
+/// Allocator calls as `record --allocations` writes them: each call with
+/// its detail and stack, some program break moves and custom allocator
+/// calls; null and non-null pointers, addresses of both kinds of mapping.
+fn allocation_events() -> Vec<(u32, Event)> {
+    let mut events = Vec::new();
+    let mut live: Vec<u64> = Vec::new();
+    for i in 0..200u64 {
+        let (kind, size, align, ptr_in, ptr_out) = match i % 7 {
+            0 | 1 | 4 => (AllocKind::Malloc, 16 + (i * 37) % 4000, 0, 0, 0x5555_5555_a000 + i * 48),
+            2 if !live.is_empty() => (AllocKind::Free, 0, 0, live.remove(0), 0),
+            3 if !live.is_empty() => (AllocKind::Realloc, 9000 + i, 0, live.remove(0), 0x7f00_1000_0000 + i * 4096),
+            5 => (AllocKind::PosixMemalign, 256, 64, 0, 0x5555_5556_0000 + i * 320),
+            6 => (AllocKind::Malloc, 1 << 20, 0, 0, 0), // failed
+            _ => (AllocKind::Calloc, 24, 0, 0, 0x5555_5555_9000 + i),
+        };
+        if ptr_out != 0 {
+            live.push(ptr_out);
+        }
+        let callsite = if i % 3 == 0 { 0x1180 } else { 0x7f12_3456_0000 + i % 5 };
+        events.push((3, Event::Alloc(Allocation { kind, size, align, ptr_in, ptr_out, callsite })));
+        events.push((3, Event::AllocDetail { usable: size + 8 - size % 8, time_ns: 1_000_000 + i * i * 733 }));
+        events.push((3, Event::AllocStack { stack: (i % 4) as u32 }));
+        if i % 50 == 49 {
+            events.push((3, Event::ProgramBreak { from: 0x5555_5557_0000 + i, to: 0x5555_5559_0000 + i }));
+            events.push((
+                3,
+                Event::CustomAllocation(CustomAllocation {
+                    allocator: 0,
+                    op: CustomOp::Alloc,
+                    size: i,
+                    ptr_in: 0x6000,
+                    ptr_out: 0x6100 + i,
+                    callsite: 0x1190,
+                }),
+            ));
+        }
+    }
+    events
+}
+
 /// Reads the fixture `tests/data/NAME` of format `version` and checks its
 /// events, sites, strings and metadata. The fixture of the current version
 /// is written when missing and `LINETRACE_BLESS` is set.
@@ -489,6 +529,66 @@ fn reads_the_version_3_fixture() {
     check_fixture("v3-work.lntrace", 3, &sites, &events);
 }
 
+/// Version-3 fixture of allocation events, kept forever (written by the
+/// v3 writer of commit f91be81 with LINETRACE_BLESS=1).
+#[test]
+fn reads_the_version_3_allocation_fixture() {
+    let (sites, _) = sample();
+    check_fixture("v3-allocations.lntrace", 3, &sites, &allocation_events());
+}
+
+/// Version-4 fixture, kept forever (written with LINETRACE_BLESS=1 when
+/// missing).
+#[test]
+fn reads_the_version_4_fixture() {
+    let (sites, mut events) = sample();
+    events.extend(flow_events());
+    // One thread: the reader hands events over chunk by chunk.
+    events.extend(allocation_events().into_iter().map(|(_, e)| (7, e)));
+    events.push((7, Event::InvocationSkipped { pc: 0x11e0 }));
+    check_fixture("v4-work.lntrace", 4, &sites, &events);
+}
+
+/// v4 stores allocator calls as differences to the calls before them: a
+/// loop allocating and freeing blocks near each other from two places
+/// takes 18 bytes a call with its detail and stack before compression,
+/// where v3 took 33 (pointers and call sites 7 bytes each, the time 6),
+/// and decodes back the same.
+#[test]
+fn allocator_calls_take_a_few_bytes_each() {
+    let mut events = Vec::new();
+    let mut live = std::collections::VecDeque::new();
+    for i in 0..1000u64 {
+        let callsite = if i % 2 == 0 { 0x5555_5555_5180 } else { 0x5555_5555_51c4 };
+        let (kind, ptr_in, ptr_out) = match live.len() {
+            0..8 => (AllocKind::Malloc, 0, 0x5555_5556_0000 + 48 * i),
+            _ => (AllocKind::Free, live.pop_front().expect("a block"), 0),
+        };
+        if ptr_out != 0 {
+            live.push_back(ptr_out);
+        }
+        let size = if ptr_out != 0 { 40 } else { 0 };
+        events.push(Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite }));
+        events.push(Event::AllocDetail { usable: 40, time_ns: 1_700_000_000_000 + 310 * i + i % 7 });
+        events.push(Event::AllocStack { stack: (i % 3) as u32 });
+    }
+    let mut encoder = trace_rt::format::ChunkEncoder::new();
+    for e in &events {
+        encoder.push(e);
+    }
+    let per_call = encoder.len() as f64 / 1000.0;
+    assert!(per_call <= 19.0, "{per_call} bytes per allocator call with its detail and stack");
+    assert!(decode_payload(&encoder.take(), &[]) == events, "the calls decode back");
+}
+
+/// The events of one raw chunk payload (the differences chain through it).
+fn decode_payload(raw: &[u8], sites: &[Site]) -> Vec<Event> {
+    let mut decoder = trace_rt::format::ChunkDecoder::new();
+    decoder.start_chunk();
+    let mut c = trace_rt::format::varint::Cursor::new(raw);
+    std::iter::from_fn(|| decoder.next(&mut c, sites).expect("decodes")).collect()
+}
+
 /// v3 stores a call made again from the same site to the same target in a
 /// few bytes: the flow events of a comparator loop cost less than a third
 /// of their v2 size before compression.
@@ -505,13 +605,9 @@ fn repeated_calls_take_a_few_bytes_each() {
     let per_pair = encoder.len() as f64 / 1000.0;
     assert!(per_pair <= 7.0, "{per_pair} bytes per call and return");
     // The payload decodes back (same chunk, so the differences chain).
-    let raw = encoder.take();
-    let mut decoder = trace_rt::format::ChunkDecoder::new();
-    decoder.start_chunk();
-    let mut c = trace_rt::format::varint::Cursor::new(&raw);
     let mut n = 0;
     let mut sp = 0x7ffe_f000u64;
-    while let Some(e) = decoder.next(&mut c, &sites).expect("decodes") {
+    for e in decode_payload(&encoder.take(), &sites) {
         if n % 2 == 0 {
             sp = sp.wrapping_add(if n % 4 == 0 { 16 } else { 0u64.wrapping_sub(16) });
             assert_eq!(e, Event::Call { callsite: 0x4011_2233, target: 0x7f00_1234_5678, sp });

@@ -129,6 +129,38 @@ impl FlowState {
     }
 }
 
+/// Previous pointer, call site and time of the allocation events within
+/// one chunk: since format v4 these are stored as differences to it. An
+/// allocator hands out addresses near the ones before, a program calls it
+/// from a few places, and calls come microseconds apart, so an allocator
+/// call with its detail takes about 14 bytes before compression instead of
+/// about 34 (heap_mix).
+///
+/// `ALLOC` v4: `flags_kind:u8 size align [ptr_in:i64] [ptr_out:i64]
+/// callsite:i64`, where `flags_kind` is the kind in bits 0-5, bit 6 set
+/// when `ptr_in` is stored (it is not 0), bit 7 when `ptr_out` is; each
+/// stored pointer is the difference to the pointer stored before it (in or
+/// out). `AllocDetail` v4: `usable time:i64`, the time a difference to the
+/// previous detail's.
+#[derive(Default, Clone, Copy)]
+struct AllocState {
+    pointer: u64,
+    callsite: u64,
+    time: u64,
+}
+
+/// `flags_kind` bits of a v4 `ALLOC`: the kind, and which pointers follow.
+const ALLOC_KIND_BITS: u8 = 0x3f;
+const ALLOC_HAS_PTR_IN: u8 = 0x40;
+const ALLOC_HAS_PTR_OUT: u8 = 0x80;
+const _: () = {
+    let mut i = 0;
+    while i < AllocKind::ALL.len() {
+        assert!(AllocKind::ALL[i] as u8 & !ALLOC_KIND_BITS == 0, "an allocation kind must fit in flags_kind's bits");
+        i += 1;
+    }
+};
+
 /// Encodes the events of one thread into raw (uncompressed) chunk payloads.
 ///
 /// This is the piece a per-thread buffer in the traced process owns.
@@ -137,6 +169,7 @@ pub struct ChunkEncoder {
     buf: Vec<u8>,
     deltas: DeltaState,
     flow: FlowState,
+    alloc: AllocState,
 }
 
 impl ChunkEncoder {
@@ -161,6 +194,7 @@ impl ChunkEncoder {
     pub fn take(&mut self) -> Vec<u8> {
         self.deltas.restart();
         self.flow = FlowState::default();
+        self.alloc = AllocState::default();
         std::mem::take(&mut self.buf)
     }
 
@@ -266,12 +300,18 @@ impl ChunkEncoder {
             }
             Event::Alloc(a) => {
                 b.push(TAG_ALLOC);
-                b.push(a.kind as u8);
+                let has_in = if a.ptr_in != 0 { ALLOC_HAS_PTR_IN } else { 0 };
+                let has_out = if a.ptr_out != 0 { ALLOC_HAS_PTR_OUT } else { 0 };
+                b.push(a.kind as u8 | has_in | has_out);
                 put_u64(b, a.size);
                 put_u64(b, a.align);
-                put_u64(b, a.ptr_in);
-                put_u64(b, a.ptr_out);
-                put_u64(b, a.callsite);
+                let s = &mut self.alloc;
+                for ptr in [a.ptr_in, a.ptr_out] {
+                    if ptr != 0 {
+                        put_i64(b, FlowState::delta(&mut s.pointer, ptr));
+                    }
+                }
+                put_i64(b, FlowState::delta(&mut s.callsite, a.callsite));
             }
             Event::InvocationStart { index, pc, sp } => {
                 b.push(TAG_INVOCATION_START);
@@ -313,10 +353,13 @@ impl ChunkEncoder {
                 b.push(TAG_INVOCATION_SKIPPED);
                 put_u64(b, pc);
             }
-            Event::AllocDetail { usable, time_ns } => put_extension(b, EXT_ALLOC_DETAIL, |body| {
-                put_u64(body, usable);
-                put_u64(body, time_ns);
-            }),
+            Event::AllocDetail { usable, time_ns } => {
+                let time = FlowState::delta(&mut self.alloc.time, time_ns);
+                put_extension(b, EXT_ALLOC_DETAIL, |body| {
+                    put_u64(body, usable);
+                    put_i64(body, time);
+                })
+            }
             Event::AllocStack { stack } => put_extension(b, EXT_ALLOC_STACK, |body| put_u64(body, stack.into())),
             Event::ProgramBreak { from, to } => put_extension(b, EXT_PROGRAM_BREAK, |body| {
                 put_u64(body, from);
@@ -359,6 +402,10 @@ pub struct ChunkDecoder {
     flow: FlowState,
     /// Format v3 and later: flow events are differences ([`FlowState`]).
     flow_deltas: bool,
+    alloc: AllocState,
+    /// Format v4 and later: allocation events are differences
+    /// ([`AllocState`]).
+    alloc_deltas: bool,
 }
 
 impl Default for ChunkDecoder {
@@ -375,13 +422,47 @@ impl ChunkDecoder {
 
     /// A decoder of the payloads of a file of format `version`.
     pub fn for_version(version: u16) -> Self {
-        ChunkDecoder { deltas: DeltaState::default(), flow: FlowState::default(), flow_deltas: version >= 3 }
+        ChunkDecoder {
+            deltas: DeltaState::default(),
+            flow: FlowState::default(),
+            flow_deltas: version >= 3,
+            alloc: AllocState::default(),
+            alloc_deltas: version >= 4,
+        }
     }
 
     /// Must be called before decoding each new chunk's payload.
     pub fn start_chunk(&mut self) {
         self.deltas.restart();
         self.flow = FlowState::default();
+        self.alloc = AllocState::default();
+    }
+
+    /// An `ALLOC` record's fields after its tag: absolute before v4,
+    /// differences after ([`AllocState`]).
+    fn allocation(&mut self, c: &mut Cursor<'_>) -> Result<Allocation, &'static str> {
+        const CUT: &str = "event record cut short";
+        let flags_kind = c.u8().ok_or(CUT)?;
+        if !self.alloc_deltas {
+            return Ok(Allocation {
+                kind: AllocKind::from_u8(flags_kind).ok_or("unknown allocation kind")?,
+                size: c.u64().ok_or(CUT)?,
+                align: c.u64().ok_or(CUT)?,
+                ptr_in: c.u64().ok_or(CUT)?,
+                ptr_out: c.u64().ok_or(CUT)?,
+                callsite: c.u64().ok_or(CUT)?,
+            });
+        }
+        let kind = AllocKind::from_u8(flags_kind & ALLOC_KIND_BITS).ok_or("unknown allocation kind")?;
+        let (size, align) = (c.u64().ok_or(CUT)?, c.u64().ok_or(CUT)?);
+        let s = &mut self.alloc;
+        let mut pointer = |stored: bool| -> Result<u64, &'static str> {
+            Ok(if stored { FlowState::apply(&mut s.pointer, c.i64().ok_or(CUT)?) } else { 0 })
+        };
+        let ptr_in = pointer(flags_kind & ALLOC_HAS_PTR_IN != 0)?;
+        let ptr_out = pointer(flags_kind & ALLOC_HAS_PTR_OUT != 0)?;
+        let callsite = FlowState::apply(&mut s.callsite, c.i64().ok_or(CUT)?);
+        Ok(Allocation { kind, size, align, ptr_in, ptr_out, callsite })
     }
 
     /// A call or tail call's fields: absolute before v3, differences after.
@@ -452,14 +533,7 @@ impl ChunkDecoder {
                 Event::TailCall { callsite, target, sp }
             }
             TAG_RETURN => Event::Return { sp: self.flow_return(c).ok_or(CUT)? },
-            TAG_ALLOC => Event::Alloc(Allocation {
-                kind: AllocKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown allocation kind")?,
-                size: c.u64().ok_or(CUT)?,
-                align: c.u64().ok_or(CUT)?,
-                ptr_in: c.u64().ok_or(CUT)?,
-                ptr_out: c.u64().ok_or(CUT)?,
-                callsite: c.u64().ok_or(CUT)?,
-            }),
+            TAG_ALLOC => Event::Alloc(self.allocation(c)?),
             TAG_INVOCATION_START => {
                 Event::InvocationStart { index: c.u32().ok_or(CUT)?, pc: c.u64().ok_or(CUT)?, sp: c.u64().ok_or(CUT)? }
             }
@@ -484,7 +558,13 @@ impl ChunkDecoder {
                 let len = c.u64().ok_or(CUT)?;
                 if kind == EXT_ALLOC_DETAIL {
                     let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
-                    Event::AllocDetail { usable: body.u64().ok_or(CUT)?, time_ns: body.u64().ok_or(CUT)? }
+                    let usable = body.u64().ok_or(CUT)?;
+                    let time_ns = if self.alloc_deltas {
+                        FlowState::apply(&mut self.alloc.time, body.i64().ok_or(CUT)?)
+                    } else {
+                        body.u64().ok_or(CUT)?
+                    };
+                    Event::AllocDetail { usable, time_ns }
                 } else if kind == EXT_ALLOC_STACK {
                     let mut body = Cursor::new(c.take(len).ok_or(CUT)?);
                     Event::AllocStack { stack: body.u32().ok_or(CUT)? }
