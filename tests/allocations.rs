@@ -9,11 +9,11 @@ use std::process::Command;
 use common::*;
 
 /// DHAT's summary: (total bytes, total blocks, t-gmax bytes, t-gmax
-/// blocks, t-end bytes, t-end blocks). libc's exit-time cleanup is off, as
-/// it is outside valgrind.
+/// blocks, t-end bytes, t-end blocks). libc's and libstdc++'s exit-time
+/// cleanup (valgrind frees their pools) is off, as it is outside valgrind.
 fn dhat(program: &Path, args: &[&str]) -> [u64; 6] {
     let out = Command::new("valgrind")
-        .args(["--tool=dhat", "--run-libc-freeres=no", "--dhat-out-file=/dev/null"])
+        .args(["--tool=dhat", "--run-libc-freeres=no", "--run-cxx-freeres=no", "--dhat-out-file=/dev/null"])
         .arg(program)
         .args(args)
         .output()
@@ -59,16 +59,23 @@ fn ours(h: &serde_json::Value) -> [u64; 6] {
     ]
 }
 
+/// Records `program args` and reports its heap, checking that totals, peak
+/// and what is left at the end equal DHAT's; returns the report and the
+/// trace.
+fn heap_equal_to_dhat(program: &Path, args: &[&str], name: &str) -> (serde_json::Value, std::path::PathBuf) {
+    let trace = trace_path(name);
+    let out = record_allocations(program, args, &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let h = heap_report(&trace);
+    assert_eq!(ours(&h), dhat(program, args), "[bytes, blocks, peak bytes, peak blocks, end bytes, end blocks]");
+    (h, trace)
+}
+
 /// One thread, every glibc size class, reallocs in place and moved, leaks:
 /// totals, peak and leaks equal DHAT's exactly.
 #[test]
 fn whole_program_heap_equals_dhat() {
-    let bin = c_example("heap_mix", &[]);
-    let trace = trace_path("heap-mix");
-    let out = record_allocations(&bin, &["5000"], &trace);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let h = heap_report(&trace);
-    assert_eq!(ours(&h), dhat(&bin, &["5000"]), "[bytes, blocks, peak bytes, peak blocks, end bytes, end blocks]");
+    let (h, _) = heap_equal_to_dhat(&c_example("heap_mix", &[]), &["5000"], "heap-mix");
     assert!(h["reallocs_in_place"].as_u64() > Some(0) && h["reallocs_moved"].as_u64() > Some(0));
     let classes: Vec<&str> =
         h["size_classes"].as_array().expect("classes").iter().filter_map(|c| c["class"].as_str()).collect();
@@ -541,10 +548,61 @@ fn heaptrack_agrees_on_leaks_and_calls() {
     let trace = trace_path("heap-mix-heaptrack");
     assert!(record_allocations(&bin, &["5000"], &trace).status.success());
     let h = heap_report(&trace);
-    let dir = std::env::temp_dir().join(format!("linetrace-heaptrack-{}", std::process::id()));
+    let (calls, leaked, peak) = heaptrack(&bin, &["5000"], "heap-mix");
+    let blocks = h["blocks"].as_u64().expect("blocks");
+    assert!(calls == blocks || calls == blocks + 1, "heaptrack's calls {calls}, our blocks {blocks}");
+    let at_end = h["at_end"]["bytes"].as_f64().expect("bytes");
+    assert!((leaked - at_end).abs() <= 0.005 * at_end, "leaked: heaptrack {leaked}, ours {at_end}");
+    let our_peak = h["peak"]["bytes"].as_f64().expect("peak");
+    assert!((peak - our_peak).abs() <= 0.02 * our_peak, "peak: heaptrack {peak}, ours {our_peak}");
+}
+
+/// Third-party C code from a crate's bundled sources: zstd's compressor
+/// (built by `zstd-sys`) allocates its context and workspace through
+/// `ZSTD_customMalloc`, beside the Rust program's own blocks. Totals, peak
+/// and what is left at the end equal DHAT's; heaptrack counts the same
+/// calls (plus its own start-up one) and the same bytes left.
+#[test]
+fn a_third_party_c_library_heap_equals_dhat_and_heaptrack() {
+    let bin = rust_example("zstd_compress");
+    let (h, _) = heap_equal_to_dhat(&bin, &["512"], "zstd-heap");
+    let largest = &h["top_by_bytes"][0];
+    assert_eq!(largest["function"], "ZSTD_customMalloc", "zstd's workspace is the largest: {largest}");
+    let (calls, leaked, _) = heaptrack(&bin, &["512"], "zstd");
+    let blocks = h["blocks"].as_u64().expect("blocks");
+    assert!(calls == blocks || calls == blocks + 1, "heaptrack's calls {calls}, our blocks {blocks}");
+    assert_eq!(leaked, h["at_end"]["bytes"].as_f64().expect("bytes"), "bytes left at the end");
+}
+
+/// Every replaceable operator new and delete of C++17 (plain, array,
+/// nothrow, sized, aligned and their mixes) is recorded where the program
+/// calls it: the 13 blocks of each round are `allocate_all`'s, not the C++
+/// library's operator new's, the 7 aligned ones carry their alignment, and
+/// the totals equal DHAT's.
+#[test]
+fn every_operator_new_and_delete_is_recorded_at_its_caller() {
+    let (h, trace) = heap_equal_to_dhat(&cpp_example("new_variants"), &["10"], "new-variants");
+    let functions = h["top_by_count"].as_array().expect("functions");
+    let named = |f: &&serde_json::Value, name: &str| f["function"].as_str().is_some_and(|n| n.contains(name));
+    let all = functions.iter().find(|f| named(f, "allocate_all"));
+    assert_eq!(all.map(|f| &f["blocks"]), Some(&serde_json::json!(130)), "{functions:?}");
+    assert!(!functions.iter().any(|f| named(&f, "operator new")), "no block is the library's: {functions:?}");
+    let aligned = dump(&trace).iter().filter(|l| l.contains("aligned_alloc") && l.contains("align=64")).count();
+    assert_eq!(aligned, 70, "the aligned news with their alignment");
+}
+
+/// heaptrack's summary of `program args` (`heaptrack_print`): calls to
+/// allocation functions, bytes leaked, peak heap bytes.
+fn heaptrack(program: &Path, args: &[&str], name: &str) -> (u64, f64, f64) {
+    let dir = std::env::temp_dir().join(format!("linetrace-heaptrack-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let out =
-        Command::new("heaptrack").arg("-o").arg(dir.join("ht")).arg(&bin).arg("5000").output().expect("heaptrack runs");
+    let out = Command::new("heaptrack")
+        .arg("-o")
+        .arg(dir.join("ht"))
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("heaptrack runs");
     assert!(out.status.success(), "heaptrack: {}", String::from_utf8_lossy(&out.stderr));
     let data =
         std::fs::read_dir(&dir).expect("dir").filter_map(Result::ok).map(|e| e.path()).next().expect("heaptrack data");
@@ -566,12 +624,5 @@ fn heaptrack_agrees_on_leaks_and_calls() {
             _ => 1.0,
         }
     };
-    let leaked = megabytes(after("total memory leaked:"));
-    let peak = megabytes(after("peak heap memory consumption:"));
-    let blocks = h["blocks"].as_u64().expect("blocks");
-    assert!(calls == blocks || calls == blocks + 1, "heaptrack's calls {calls}, our blocks {blocks}");
-    let at_end = h["at_end"]["bytes"].as_f64().expect("bytes");
-    assert!((leaked - at_end).abs() <= 0.005 * at_end, "leaked: heaptrack {leaked}, ours {at_end}");
-    let our_peak = h["peak"]["bytes"].as_f64().expect("peak");
-    assert!((peak - our_peak).abs() <= 0.02 * our_peak, "peak: heaptrack {peak}, ours {our_peak}");
+    (calls, megabytes(after("total memory leaked:")), megabytes(after("peak heap memory consumption:")))
 }

@@ -389,6 +389,8 @@ fn events_of(r: &AgentRecord) -> impl Iterator<Item = Allocation> {
         |kind, size, align, ptr_in, ptr_out| Allocation { kind, size, align, ptr_in, ptr_out, callsite: r.callsite };
     let pair = match r.kind {
         AgentKind::Format(kind) => [Some(alloc(kind, r.size, r.align, r.ptr_in, r.ptr_out)), None],
+        // C++17's aligned new carries its alignment, as aligned_alloc does.
+        AgentKind::New if r.align != 0 => [Some(alloc(AllocKind::AlignedAlloc, r.size, r.align, 0, r.ptr_out)), None],
         AgentKind::New => [Some(alloc(AllocKind::Malloc, r.size, 0, 0, r.ptr_out)), None],
         AgentKind::Delete => [Some(alloc(AllocKind::Free, 0, 0, r.ptr_in, 0)), None],
         AgentKind::Brk | AgentKind::CustomAlloc | AgentKind::CustomFree | AgentKind::CustomReset => [None, None],

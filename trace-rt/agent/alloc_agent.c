@@ -530,24 +530,60 @@ void *_ZnamRKSt9nothrow_t(size_t n, const void *tag) {
     note(K_NEW, 0, (uint64_t)p, n, 0, RET, FRAME);
     return p;
 }
-void _ZdlPv(void *p) {
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
-    __libc_free(p);
+/* C++17 aligned new (`std::align_val_t`, a size_t): recorded with its
+ * alignment. The throwing ones, failing, call the library's own. */
+typedef void *(*new_aligned_fn)(size_t, size_t);
+static void *new_aligned_failed(const char *name, size_t n, size_t align) {
+    new_aligned_fn real = (new_aligned_fn)dlsym(RTLD_NEXT, name);
+    return real ? real(n, align) : NULL;
 }
-void _ZdaPv(void *p) {
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
-    __libc_free(p);
+void *_ZnwmSt11align_val_t(size_t n, size_t align) {
+    void *p = __libc_memalign(align, n ? n : 1);
+    if (!p) p = new_aligned_failed("_ZnwmSt11align_val_t", n, align);
+    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
+    return p;
 }
-void _ZdlPvm(void *p, size_t n) {
-    (void)n;
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
-    __libc_free(p);
+void *_ZnamSt11align_val_t(size_t n, size_t align) {
+    void *p = __libc_memalign(align, n ? n : 1);
+    if (!p) p = new_aligned_failed("_ZnamSt11align_val_t", n, align);
+    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
+    return p;
 }
-void _ZdaPvm(void *p, size_t n) {
-    (void)n;
-    if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);
-    __libc_free(p);
+void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t align, const void *tag) {
+    (void)tag;
+    void *p = __libc_memalign(align, n ? n : 1);
+    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
+    return p;
 }
+void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t align, const void *tag) {
+    (void)tag;
+    void *p = __libc_memalign(align, n ? n : 1);
+    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
+    return p;
+}
+/* Every operator delete frees what any operator new returned: the size,
+ * alignment and nothrow arguments change nothing here. */
+#define DELETE_VARIANT(name, ...)                                        \
+    void name(void *p, ##__VA_ARGS__) {                                  \
+        if (p) note(K_DELETE, (uint64_t)p, 0, 0, 0, RET, FRAME);         \
+        __libc_free(p);                                                  \
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+DELETE_VARIANT(_ZdlPv)
+DELETE_VARIANT(_ZdaPv)
+DELETE_VARIANT(_ZdlPvm, size_t n)
+DELETE_VARIANT(_ZdaPvm, size_t n)
+DELETE_VARIANT(_ZdlPvRKSt9nothrow_t, const void *tag)
+DELETE_VARIANT(_ZdaPvRKSt9nothrow_t, const void *tag)
+DELETE_VARIANT(_ZdlPvSt11align_val_t, size_t align)
+DELETE_VARIANT(_ZdaPvSt11align_val_t, size_t align)
+DELETE_VARIANT(_ZdlPvmSt11align_val_t, size_t n, size_t align)
+DELETE_VARIANT(_ZdaPvmSt11align_val_t, size_t n, size_t align)
+DELETE_VARIANT(_ZdlPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *tag)
+DELETE_VARIANT(_ZdaPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *tag)
+#pragma GCC diagnostic pop
+
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);

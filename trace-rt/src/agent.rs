@@ -773,7 +773,15 @@ mod tests {
         }
         assert_eq!(&ALLOC_AGENT[..4], b"\x7fELF");
         let text = String::from_utf8_lossy(ALLOC_AGENT);
-        for symbol in ["malloc", "posix_memalign", "_Znwm", "_ZdlPv", "mremap"] {
+        for symbol in [
+            "malloc",
+            "posix_memalign",
+            "_Znwm",
+            "_ZdlPv",
+            "_ZnwmSt11align_val_t",
+            "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+            "mremap",
+        ] {
             assert!(text.contains(symbol), "{symbol} is exported");
         }
     }
