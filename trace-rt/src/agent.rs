@@ -234,7 +234,7 @@ const MAX_PARKED: usize = 1 << 22;
 ///
 /// The file is as large as the agent may ever write, but holds little:
 /// chunks read to their end go back to the agent to be filled again, or,
-/// past [`RECYCLE_LIMIT`], their memory is given back; fresh memory is
+/// past `RECYCLE_LIMIT` (256 chunks), their memory is given back; fresh memory is
 /// allocated a little ahead of the chunks the program claims (the kernel's
 /// page zeroing then runs here, not in the program's calls). Only the
 /// claim table and the free ring are written here, never a chunk.

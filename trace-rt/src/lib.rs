@@ -1,6 +1,6 @@
 //! The runtime side of linetrace and the trace file format.
 //!
-//! The trace format ([`format`]) is the first contract of the project: the
+//! The trace format ([`format`](mod@format)) is the first contract of the project: the
 //! recorders write it, the decoder reads it. It lives here, in the crate that
 //! will also be loaded *into* the traced process by the binary rewriter, so it
 //! must stay light: serde, zstd and a checksum, nothing that symbolizes,
