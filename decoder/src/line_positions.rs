@@ -84,7 +84,7 @@ impl LinePositions {
         if found {
             self.slots[i].1 = position;
         } else {
-            self.insert_if_absent(line, position);
+            self.occupy(i, line, position);
         }
     }
 
@@ -96,13 +96,19 @@ impl LinePositions {
         if found {
             return Some(self.slots[i].1);
         }
+        self.occupy(i, line, position);
+        None
+    }
+
+    /// Puts `line` in the empty slot `i` that ends its probe run.
+    #[inline]
+    fn occupy(&mut self, i: usize, line: u64, position: u32) {
         self.slots[i] = (line, position);
         self.len += 1;
         // At most half full: probe runs stay short.
         if self.len * 2 > self.slots.len() {
             self.grow();
         }
-        None
     }
 
     /// Removes `line`; its position, if it was there.
