@@ -24,6 +24,10 @@ const MIN_SLOTS: usize = 64;
 /// Fibonacci hashing's multiplier (2^64 / golden ratio).
 const MULTIPLIER: u64 = 0x9e37_79b9_7f4a_7c15;
 
+/// Where an absent line goes ([`LinePositions::get_or_vacancy`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vacancy(usize);
+
 /// Line number -> position.
 #[derive(Clone, Debug)]
 pub struct LinePositions {
@@ -100,6 +104,26 @@ impl LinePositions {
         None
     }
 
+    /// The position of `line`, or the vacant slot where it would go
+    /// ([`LinePositions::occupy_vacant`]): one probe for a lookup and the
+    /// insertion that follows a miss.
+    #[inline]
+    pub fn get_or_vacancy(&self, line: u64) -> Result<u32, Vacancy> {
+        match self.find(line) {
+            (i, true) => Ok(self.slots[i].1),
+            (i, false) => Err(Vacancy(i)),
+        }
+    }
+
+    /// Inserts `line` (absent) at `position` in the slot
+    /// [`LinePositions::get_or_vacancy`] found, with no change to the map
+    /// since.
+    #[inline]
+    pub fn occupy_vacant(&mut self, vacancy: Vacancy, line: u64, position: u32) {
+        debug_assert_eq!(self.find(line), (vacancy.0, false));
+        self.occupy(vacancy.0, line, position);
+    }
+
     /// Puts `line` in the empty slot `i` that ends its probe run.
     #[inline]
     fn occupy(&mut self, i: usize, line: u64, position: u32) {
@@ -114,8 +138,15 @@ impl LinePositions {
     /// Removes `line`; its position, if it was there.
     #[inline]
     pub fn remove(&mut self, line: u64) -> Option<u32> {
+        self.remove_if(line, |_| true)
+    }
+
+    /// Removes `line` if it is there and `wanted(position)`; its position
+    /// then (one probe for the test and the removal).
+    #[inline]
+    pub fn remove_if(&mut self, line: u64, wanted: impl FnOnce(u32) -> bool) -> Option<u32> {
         let (mut hole, found) = self.find(line);
-        if !found {
+        if !found || !wanted(self.slots[hole].1) {
             return None;
         }
         let position = self.slots[hole].1;
@@ -178,8 +209,25 @@ mod tests {
                 1 => u64::from(i % 500) << 20,
                 _ => (seed >> 24) % 2_000,
             };
-            if seed >> 62 == 0 {
+            if seed >> 62 == 0 && seed & 1 == 0 {
                 assert_eq!(map.remove(line), reference.remove(&line), "removing line {line}");
+            } else if seed >> 62 == 0 {
+                // Removal on a condition: odd positions only.
+                let odd = reference.get(&line).is_some_and(|p| p % 2 == 1);
+                assert_eq!(map.remove_if(line, |p| p % 2 == 1), odd.then(|| reference[&line]), "line {line}");
+                if odd {
+                    reference.remove(&line);
+                }
+            } else if seed >> 62 == 1 && seed & 2 == 0 {
+                // A lookup, then an insertion where it found no line.
+                match map.get_or_vacancy(line) {
+                    Ok(p) => assert_eq!(Some(&p), reference.get(&line), "line {line}"),
+                    Err(vacancy) => {
+                        assert!(!reference.contains_key(&line), "line {line} is there");
+                        map.occupy_vacant(vacancy, line, i);
+                        reference.insert(line, i);
+                    }
+                }
             } else if seed >> 62 == 1 {
                 let had = reference.get(&line).copied();
                 assert_eq!(map.insert_if_absent(line, i), had, "line {line}");

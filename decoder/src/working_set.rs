@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 
-use crate::line_positions::LinePositions;
+use crate::line_positions::{LinePositions, Vacancy};
 use crate::lines::{LineSize, byte_mask};
 use crate::spans::LineSums;
 
@@ -175,6 +175,17 @@ pub struct ReadEffect {
 
 /// Where the lines of a working set live.
 pub trait LineStore: Default {
+    /// Where an absent line goes ([`LineStore::find`]).
+    type Vacancy: Copy;
+    /// The state of `line`, or where it goes when absent: one lookup for a
+    /// hit, or for a miss and the insertion that follows it (a miss-heavy
+    /// replay spent its time in lookups).
+    fn find(&mut self, line: u64) -> Result<&mut LineState, Self::Vacancy>;
+    /// Adds `state`, whose line was absent, where [`LineStore::find`] said,
+    /// with no change to the store since.
+    fn insert_vacant(&mut self, vacancy: Self::Vacancy, state: LineState);
+    /// Removes `line` if it is present and `wanted` (one lookup for both).
+    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState>;
     /// The state of `line`, if present.
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState>;
     /// Adds a line that is not present.
@@ -202,6 +213,20 @@ pub trait LineStore: Default {
 pub struct SortedLines(Vec<LineState>);
 
 impl LineStore for SortedLines {
+    /// The row the line goes to.
+    type Vacancy = usize;
+    #[inline]
+    fn find(&mut self, line: u64) -> Result<&mut LineState, usize> {
+        let i = self.0.binary_search_by_key(&line, |l| l.line)?;
+        Ok(&mut self.0[i])
+    }
+    fn insert_vacant(&mut self, row: usize, state: LineState) {
+        self.0.insert(row, state);
+    }
+    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState> {
+        let i = self.0.binary_search_by_key(&line, |l| l.line).ok()?;
+        wanted(&self.0[i]).then(|| self.0.remove(i))
+    }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
         let i = self.0.binary_search_by_key(&line, |l| l.line).ok()?;
@@ -244,6 +269,23 @@ pub struct HashedLines {
 }
 
 impl LineStore for HashedLines {
+    type Vacancy = Vacancy;
+    #[inline]
+    fn find(&mut self, line: u64) -> Result<&mut LineState, Vacancy> {
+        let i = self.index.get_or_vacancy(line)?;
+        Ok(&mut self.lines[i as usize])
+    }
+    #[inline]
+    fn insert_vacant(&mut self, vacancy: Vacancy, state: LineState) {
+        self.index.occupy_vacant(vacancy, state.line, self.lines.len() as u32);
+        self.lines.push(state);
+    }
+    #[inline]
+    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState> {
+        let lines = &self.lines;
+        let i = self.index.remove_if(line, |p| wanted(&lines[p as usize]))? as usize;
+        Some(self.take_at(i))
+    }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
         let i = self.index.get(line)?;
@@ -259,11 +301,7 @@ impl LineStore for HashedLines {
     #[inline]
     fn remove(&mut self, line: u64) -> Option<LineState> {
         let i = self.index.remove(line)? as usize;
-        let state = self.lines.swap_remove(i);
-        if let Some(moved) = self.lines.get(i) {
-            self.index.insert(moved.line, i as u32);
-        }
-        Some(state)
+        Some(self.take_at(i))
     }
     fn len(&self) -> usize {
         self.lines.len()
@@ -282,6 +320,19 @@ impl LineStore for HashedLines {
     }
     fn for_each_mut(&mut self, visit: impl FnMut(&mut LineState)) {
         self.lines.iter_mut().for_each(visit)
+    }
+}
+
+impl HashedLines {
+    /// Takes the line at position `i` (already out of the index); the last
+    /// line moves into its place.
+    #[inline]
+    fn take_at(&mut self, i: usize) -> LineState {
+        let state = self.lines.swap_remove(i);
+        if let Some(moved) = self.lines.get(i) {
+            self.index.insert(moved.line, i as u32);
+        }
+        state
     }
 }
 
@@ -417,20 +468,23 @@ impl<S: LineStore> WorkingSet<S> {
 
     #[inline]
     fn touch(&mut self, line: u64, bytes: u32, mask: u128, effect: &mut ReadEffect, observer: &mut impl LineObserver) {
-        if let Some(l) = self.store.get_mut(line) {
-            observer.before_touch(l);
-            l.bytes_read = l.bytes_read.saturating_add(bytes);
-            l.touched |= mask;
-            l.last_column = self.reads;
-            if l.last_touch != self.clock {
-                self.seq += 1;
-                l.last_touch = self.clock;
-                l.seq = self.seq;
-                self.lru.push_back(Refresh { seq: self.seq, line, last_touch: self.clock });
+        let vacancy = match self.store.find(line) {
+            Err(vacancy) => vacancy,
+            Ok(l) => {
+                observer.before_touch(l);
+                l.bytes_read = l.bytes_read.saturating_add(bytes);
+                l.touched |= mask;
+                l.last_column = self.reads;
+                if l.last_touch != self.clock {
+                    self.seq += 1;
+                    l.last_touch = self.clock;
+                    l.seq = self.seq;
+                    self.lru.push_back(Refresh { seq: self.seq, line, last_touch: self.clock });
+                }
+                effect.hits += 1;
+                return;
             }
-            effect.hits += 1;
-            return;
-        }
+        };
         self.clock += 1;
         self.seq += 1;
         let mut state = LineState {
@@ -443,7 +497,7 @@ impl<S: LineStore> WorkingSet<S> {
             spans: LineSums::default(),
         };
         observer.inserted(&mut state);
-        self.store.insert(state);
+        self.store.insert_vacant(vacancy, state);
         self.lru.push_back(Refresh { seq: self.seq, line, last_touch: self.clock });
         effect.inserted += 1;
         self.expire(observer);
@@ -462,8 +516,8 @@ impl<S: LineStore> WorkingSet<S> {
                 break;
             }
             self.lru.pop_front();
-            let current = self.store.get_mut(front.line).is_some_and(|l| l.seq == front.seq);
-            if current && let Some(state) = self.store.remove(front.line) {
+            // A stale entry (the line was refreshed since, or left) stays.
+            if let Some(state) = self.store.remove_if(front.line, |l| l.seq == front.seq) {
                 observer.departed(Departure { state });
             }
         }

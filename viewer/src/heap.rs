@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
 use decoder::heap_bins::{BinCell, BinLayout, CURSOR_RADIUS_PX, cell_at, cursor_opacity, render_bins};
@@ -159,7 +160,7 @@ impl Plugin for HeapPlugin {
             colour_by: HeapColourBy::Function,
             cushion: Cushion::Parabolic,
             alpha: 0.6,
-            picture: Job::default(),
+            picture: Job::picture(),
             context: Job::default(),
             scenes: None,
             analysis: Job::default(),
@@ -188,9 +189,20 @@ impl Plugin for HeapPlugin {
 }
 
 /// The frame's [`ViewCommand`]s from outside the UI (a script: the bench).
-fn apply_view_commands(mut mode: ResMut<HeapMode>, mut commands: MessageReader<ViewCommand>) {
+fn apply_view_commands(
+    mut mode: ResMut<HeapMode>,
+    mut commands: MessageReader<ViewCommand>,
+    mut redraw: MessageWriter<RequestRedraw>,
+) {
+    let mut applied = false;
     for command in commands.read() {
         crate::view::apply(&mut mode.view, *command);
+        applied = true;
+    }
+    if applied {
+        // This frame was drawn before the commands: the next one draws
+        // them (and asks for their picture).
+        redraw.write(RequestRedraw);
     }
 }
 

@@ -8,7 +8,8 @@
 //! nothing and work in the background gets the cores.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use bevy::prelude::*;
 use bevy::winit::{EventLoopProxyWrapper, UpdateMode, WinitSettings, WinitUserEvent};
@@ -56,7 +57,63 @@ pub const LOADING_FRAME: Duration = Duration::from_millis(500);
 /// at 1920x1080: they took about half of the two cores from the picture
 /// being drawn, and a zoom step on a 100M-read trace took twice as long to
 /// turn sharp as the picture's drawing alone.
+///
+/// These frames come from a timer ([`wake_in`]), not from a winit update
+/// mode of their own: winit draws a frame at once whenever the mode
+/// changes, so going from idle to working and back drew two frames more
+/// per zoom step, each on the cores the new picture was being drawn on.
 pub const WORKING_FRAME: Duration = Duration::from_millis(200);
+
+/// A wake-up of the window at a time to come (at most one pending).
+struct Timer {
+    due: Mutex<Option<Instant>>,
+    changed: Condvar,
+}
+
+static TIMER: OnceLock<Arc<Timer>> = OnceLock::new();
+
+/// The timer, and its thread on first use.
+fn timer() -> &'static Arc<Timer> {
+    TIMER.get_or_init(|| {
+        let timer = Arc::new(Timer { due: Mutex::new(None), changed: Condvar::new() });
+        let t = timer.clone();
+        let spawned = std::thread::Builder::new().name("linetrace-pacer".into()).spawn(move || {
+            let mut due = t.due.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                due = match *due {
+                    None => t.changed.wait(due).unwrap_or_else(|p| p.into_inner()),
+                    Some(at) if at <= Instant::now() => {
+                        *due = None;
+                        drop(due);
+                        crate::jobs::wake_window();
+                        t.due.lock().unwrap_or_else(|p| p.into_inner())
+                    }
+                    Some(at) => t.changed.wait_timeout(due, at - Instant::now()).unwrap_or_else(|p| p.into_inner()).0,
+                };
+            }
+        });
+        if let Err(e) = spawned {
+            // Frames still come on input, at the idle pace and when work ends.
+            warn!("no timer for frames while work runs: {e}");
+        }
+        timer
+    })
+}
+
+/// Wakes the window `after` from now (instead of any wake-up pending): a
+/// frame comes when no other frame came for `after`.
+fn wake_in(after: Duration) {
+    let timer = timer();
+    *timer.due.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + after);
+    timer.changed.notify_one();
+}
+
+/// Forgets the pending wake-up, if any.
+fn cancel_wake() {
+    if let Some(timer) = TIMER.get() {
+        *timer.due.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
 
 /// Paces the window's frames by [`Activity`].
 pub struct PacingPlugin {
@@ -105,9 +162,17 @@ fn pace_frames(activity: Res<Activity>, pacing: Res<FramePacing>, mut settings: 
     let (focused, unfocused) = match *activity {
         Activity::Loading => (UpdateMode::reactive(LOADING_FRAME), UpdateMode::reactive(LOADING_FRAME)),
         _ if pacing.always_draw || pacing.scripted_input => (UpdateMode::Continuous, UpdateMode::Continuous),
-        Activity::Working => (UpdateMode::reactive(WORKING_FRAME), UpdateMode::reactive(WORKING_FRAME)),
-        Activity::Idle => (UpdateMode::reactive(IDLE_WAIT), UpdateMode::reactive_low_power(IDLE_WAIT * 4)),
+        // Working differs from idle by the timer's frames only (see
+        // `WORKING_FRAME`).
+        Activity::Working | Activity::Idle => {
+            (UpdateMode::reactive(IDLE_WAIT), UpdateMode::reactive_low_power(IDLE_WAIT * 4))
+        }
     };
+    if *activity == Activity::Working {
+        wake_in(WORKING_FRAME);
+    } else {
+        cancel_wake();
+    }
     if settings.focused_mode != focused || settings.unfocused_mode != unfocused {
         settings.focused_mode = focused;
         settings.unfocused_mode = unfocused;
@@ -137,5 +202,29 @@ fn drop_unchanged_modifiers(
         if let Some(m) = seen {
             last.insert(entity, m);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::wakes;
+
+    /// The timer wakes the window once when due, and not when cancelled.
+    #[test]
+    fn the_working_timer_wakes_the_window_once() {
+        let (before, _turn) = wakes::count();
+        wake_in(Duration::from_millis(10));
+        let start = Instant::now();
+        while wakes::since(before) == 0 && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(wakes::since(before), 1, "due after 10 ms");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(wakes::since(before), 1, "once");
+        wake_in(Duration::from_millis(30));
+        cancel_wake();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(wakes::since(before), 1, "a cancelled wake-up does not come");
     }
 }

@@ -3,6 +3,7 @@
 //! no Bevy: [`apply`] and the systems apply [`ViewCommand`]s to it.
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 
 /// Fewest columns a view shows (zooming in stops there).
 pub const MIN_COLUMNS: f64 = 8.0;
@@ -216,7 +217,9 @@ pub fn apply_view_commands(
     mut commands: MessageReader<ViewCommand>,
     mut view: ResMut<Viewport>,
     mut selection: ResMut<Selection>,
+    mut redraw: MessageWriter<RequestRedraw>,
 ) {
+    let mut applied = false;
     for command in commands.read() {
         match *command {
             ViewCommand::Select(range) => {
@@ -224,6 +227,12 @@ pub fn apply_view_commands(
             }
             other => apply(&mut view, other),
         }
+        applied = true;
+    }
+    if applied {
+        // This frame was drawn before the commands: the next one shows
+        // them (the old picture stretched while the new one is drawn).
+        redraw.write(RequestRedraw);
     }
 }
 

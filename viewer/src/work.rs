@@ -112,7 +112,7 @@ impl SourceText {
 }
 
 /// Every background job of the viewer.
-#[derive(Resource, Default)]
+#[derive(Resource)]
 pub struct Work {
     /// The current view's picture.
     pub render: Job<RenderKey, Rendered>,
@@ -132,6 +132,23 @@ pub struct Work {
     pub source: Job<(u32, String, u32), SourceText>,
     /// Function names by entry address.
     pub names: Names,
+}
+
+impl Default for Work {
+    fn default() -> Self {
+        Work {
+            // The view's picture: the other jobs' results wait for it.
+            render: Job::picture(),
+            preview: Job::default(),
+            overview: Job::default(),
+            inspect: Job::default(),
+            bands: Job::default(),
+            touching: Job::default(),
+            stats: Job::default(),
+            source: Job::default(),
+            names: Names::default(),
+        }
+    }
 }
 
 impl Work {
