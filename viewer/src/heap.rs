@@ -27,7 +27,6 @@
 use std::sync::Arc;
 
 use bevy::prelude::*;
-use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
 use decoder::heap_bins::{BinCell, BinLayout, CURSOR_RADIUS_PX, cell_at, cursor_opacity, render_bins};
@@ -189,11 +188,7 @@ impl Plugin for HeapPlugin {
 }
 
 /// The frame's [`ViewCommand`]s from outside the UI (a script: the bench).
-fn apply_view_commands(
-    mut mode: ResMut<HeapMode>,
-    mut commands: MessageReader<ViewCommand>,
-    mut redraw: MessageWriter<RequestRedraw>,
-) {
+fn apply_view_commands(mut mode: ResMut<HeapMode>, mut commands: MessageReader<ViewCommand>) {
     let mut applied = false;
     for command in commands.read() {
         crate::view::apply(&mut mode.view, *command);
@@ -202,7 +197,8 @@ fn apply_view_commands(
     if applied {
         // This frame was drawn before the commands: the next one draws
         // them (and asks for their picture).
-        redraw.write(RequestRedraw);
+        // Woken the way finished work wakes it.
+        crate::jobs::wake_window();
     }
 }
 

@@ -60,8 +60,11 @@ pub const LOADING_FRAME: Duration = Duration::from_millis(500);
 ///
 /// These frames come from a timer ([`wake_in`]), not from a winit update
 /// mode of their own: winit draws a frame at once whenever the mode
-/// changes, so going from idle to working and back drew two frames more
-/// per zoom step, each on the cores the new picture was being drawn on.
+/// changes, and going from idle to working and back drew frames that
+/// showed nothing new on the cores the new picture was being drawn on (a
+/// 100M-read trace's slowest zoom step drew three frames before its
+/// picture, now two: the stretched old picture, and one more that winit
+/// draws after a frame it was asked for).
 pub const WORKING_FRAME: Duration = Duration::from_millis(200);
 
 /// A wake-up of the window at a time to come (at most one pending).

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use bevy::prelude::*;
-use bevy::window::RequestRedraw;
 use decoder::model::{DecodeOptions, Model};
 use decoder::symbols::SymbolPaths;
 use viewer::search::{SearchCommand, SearchState, apply_search_commands};
@@ -22,35 +21,8 @@ fn app(view: Viewport) -> App {
         .insert_resource(view)
         .init_resource::<Selection>()
         .add_message::<ViewCommand>()
-        .add_message::<RequestRedraw>()
         .add_systems(Update, apply_view_commands);
     app
-}
-
-/// Redraws asked for so far.
-#[derive(Resource, Default)]
-struct Redraws(usize);
-
-fn redraws(app: &mut App) -> usize {
-    app.world().resource::<Redraws>().0
-}
-
-/// Commands come after the frame's UI (a script's, a key's): the frame
-/// drawn before them does not show them, so they ask for the next one.
-#[test]
-fn view_commands_ask_for_a_frame() {
-    let mut app = app(Viewport::whole(1000.0, 64.0));
-    app.init_resource::<Redraws>().add_systems(
-        Update,
-        (|mut asked: MessageReader<RequestRedraw>, mut n: ResMut<Redraws>| n.0 += asked.read().count())
-            .after(apply_view_commands),
-    );
-    app.update();
-    assert_eq!(redraws(&mut app), 0, "no command, no frame asked for");
-    send(&mut app, ViewCommand::Zoom { at: 0.5, factor: 0.5 });
-    assert_eq!(redraws(&mut app), 1, "one frame for the zoom");
-    app.update();
-    assert_eq!(redraws(&mut app), 1, "and only one");
 }
 
 fn send(app: &mut App, command: ViewCommand) {
