@@ -135,12 +135,6 @@ impl LinePositions {
         }
     }
 
-    /// Removes `line`; its position, if it was there.
-    #[inline]
-    pub fn remove(&mut self, line: u64) -> Option<u32> {
-        self.remove_if(line, |_| true)
-    }
-
     /// Removes `line` if it is there and `wanted(position)`; its position
     /// then (one probe for the test and the removal).
     #[inline]
@@ -210,7 +204,7 @@ mod tests {
                 _ => (seed >> 24) % 2_000,
             };
             if seed >> 62 == 0 && seed & 1 == 0 {
-                assert_eq!(map.remove(line), reference.remove(&line), "removing line {line}");
+                assert_eq!(map.remove_if(line, |_| true), reference.remove(&line), "removing line {line}");
             } else if seed >> 62 == 0 {
                 // Removal on a condition: odd positions only.
                 let odd = reference.get(&line).is_some_and(|p| p % 2 == 1);

@@ -190,8 +190,6 @@ pub trait LineStore: Default {
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState>;
     /// Adds a line that is not present.
     fn insert(&mut self, state: LineState);
-    /// Removes a line.
-    fn remove(&mut self, line: u64) -> Option<LineState>;
     /// Number of lines.
     fn len(&self) -> usize;
     /// True when empty.
@@ -236,10 +234,6 @@ impl LineStore for SortedLines {
         if let Err(i) = self.0.binary_search_by_key(&state.line, |l| l.line) {
             self.0.insert(i, state);
         }
-    }
-    fn remove(&mut self, line: u64) -> Option<LineState> {
-        let i = self.0.binary_search_by_key(&line, |l| l.line).ok()?;
-        Some(self.0.remove(i))
     }
     fn len(&self) -> usize {
         self.0.len()
@@ -297,11 +291,6 @@ impl LineStore for HashedLines {
             Some(i) => self.lines[i as usize] = state,
             None => self.lines.push(state),
         }
-    }
-    #[inline]
-    fn remove(&mut self, line: u64) -> Option<LineState> {
-        let i = self.index.remove(line)? as usize;
-        Some(self.take_at(i))
     }
     fn len(&self) -> usize {
         self.lines.len()
