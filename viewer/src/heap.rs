@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
 use decoder::heap_bins::{BinCell, BinLayout, CURSOR_RADIUS_PX, cell_at, cursor_opacity, render_bins};
@@ -188,7 +189,11 @@ impl Plugin for HeapPlugin {
 }
 
 /// The frame's [`ViewCommand`]s from outside the UI (a script: the bench).
-fn apply_view_commands(mut mode: ResMut<HeapMode>, mut commands: MessageReader<ViewCommand>) {
+fn apply_view_commands(
+    mut mode: ResMut<HeapMode>,
+    mut commands: MessageReader<ViewCommand>,
+    mut redraw: MessageWriter<RequestRedraw>,
+) {
     let mut applied = false;
     for command in commands.read() {
         crate::view::apply(&mut mode.view, *command);
@@ -197,8 +202,7 @@ fn apply_view_commands(mut mode: ResMut<HeapMode>, mut commands: MessageReader<V
     if applied {
         // This frame was drawn before the commands: the next one draws
         // them (and asks for their picture).
-        // Woken the way finished work wakes it.
-        crate::jobs::wake_window();
+        redraw.write(RequestRedraw);
     }
 }
 

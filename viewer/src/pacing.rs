@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 use bevy::winit::{EventLoopProxyWrapper, UpdateMode, WinitSettings, WinitUserEvent};
 use bevy_egui::{EguiInput, EguiPreUpdateSet, egui};
 
@@ -63,8 +64,8 @@ pub const LOADING_FRAME: Duration = Duration::from_millis(500);
 /// changes, and going from idle to working and back drew frames that
 /// showed nothing new on the cores the new picture was being drawn on (a
 /// 100M-read trace's slowest zoom step drew three frames before its
-/// picture, now two: the stretched old picture, and one more that winit
-/// draws after a frame it was asked for).
+/// picture; now one, the stretched old picture, with
+/// [`forget_answered_redraws`]).
 pub const WORKING_FRAME: Duration = Duration::from_millis(200);
 
 /// A wake-up of the window at a time to come (at most one pending).
@@ -134,8 +135,17 @@ impl Plugin for PacingPlugin {
                 PreUpdate,
                 drop_unchanged_modifiers.after(EguiPreUpdateSet::ProcessInput).before(EguiPreUpdateSet::BeginPass),
             )
+            .add_systems(First, forget_answered_redraws)
             .add_systems(Last, pace_frames);
     }
+}
+
+/// Empties the [`RequestRedraw`] messages when a frame starts: winit has
+/// answered them at the end of the update that wrote them. It reads them
+/// with a new cursor after every update, and messages live two updates, so
+/// each one drew a second frame that showed nothing new.
+fn forget_answered_redraws(mut redraws: ResMut<Messages<RequestRedraw>>) {
+    redraws.clear();
 }
 
 /// Why frames may be drawn continuously whatever the activity (but while
@@ -212,6 +222,27 @@ fn drop_unchanged_modifiers(
 mod tests {
     use super::*;
     use crate::jobs::wakes;
+
+    /// A redraw asked for in an update is there when the update ends (winit
+    /// reads it then), and gone when the next one starts.
+    #[test]
+    fn redraw_requests_are_answered_once() {
+        let mut app = App::new();
+        app.add_plugins(MinimalPlugins)
+            .add_message::<RequestRedraw>()
+            .add_systems(First, forget_answered_redraws)
+            .add_systems(Update, |mut redraw: MessageWriter<RequestRedraw>, mut asked: Local<bool>| {
+                if !*asked {
+                    *asked = true;
+                    redraw.write(RequestRedraw);
+                }
+            });
+        let stored = |app: &App| app.world().resource::<Messages<RequestRedraw>>().len();
+        app.update();
+        assert_eq!(stored(&app), 1, "there for winit after the update that asked");
+        app.update();
+        assert_eq!(stored(&app), 0, "gone before the next update could answer it again");
+    }
 
     /// The timer wakes the window once when due, and not when cancelled.
     #[test]

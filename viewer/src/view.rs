@@ -3,6 +3,7 @@
 //! no Bevy: [`apply`] and the systems apply [`ViewCommand`]s to it.
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 
 /// Fewest columns a view shows (zooming in stops there).
 pub const MIN_COLUMNS: f64 = 8.0;
@@ -216,6 +217,7 @@ pub fn apply_view_commands(
     mut commands: MessageReader<ViewCommand>,
     mut view: ResMut<Viewport>,
     mut selection: ResMut<Selection>,
+    mut redraw: MessageWriter<RequestRedraw>,
 ) {
     let mut applied = false;
     for command in commands.read() {
@@ -230,8 +232,7 @@ pub fn apply_view_commands(
     if applied {
         // This frame was drawn before the commands: the next one shows
         // them (the old picture stretched while the new one is drawn).
-        // Woken the way finished work wakes it.
-        crate::jobs::wake_window();
+        redraw.write(RequestRedraw);
     }
 }
 
@@ -264,29 +265,28 @@ pub struct PictureSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobs::wakes;
 
     /// Commands come after the frame's UI (a script's, a key's): the frame
-    /// drawn before them does not show them, so they wake the window for
-    /// the next one, once.
+    /// drawn before them does not show them, so they ask for the next one,
+    /// once for all of a frame's commands.
     #[test]
-    fn view_commands_wake_the_window_once() {
-        let (before, _turn) = wakes::count();
+    fn view_commands_ask_for_a_frame() {
         let mut app = App::new();
         app.add_plugins(MinimalPlugins)
             .insert_resource(Viewport::whole(1000.0, 64.0))
             .init_resource::<Selection>()
             .add_message::<ViewCommand>()
+            .add_message::<RequestRedraw>()
             .add_systems(Update, apply_view_commands);
+        let asked =
+            |app: &App| app.world().resource::<Messages<RequestRedraw>>().iter_current_update_messages().count();
         app.update();
-        assert_eq!(wakes::since(before), 0, "no command, no frame");
+        assert_eq!(asked(&app), 0, "no command, no frame");
         app.world_mut().write_message(ViewCommand::Zoom { at: 0.5, factor: 0.5 });
         app.world_mut().write_message(ViewCommand::Pan(0.1));
         app.update();
         assert_eq!(app.world().resource::<Viewport>().width(), 500.0);
-        assert_eq!(wakes::since(before), 1, "one frame for the frame's commands");
-        app.update();
-        assert_eq!(wakes::since(before), 1, "and no more");
+        assert_eq!(asked(&app), 1, "one frame for the frame's commands");
     }
 
     #[test]
