@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 use decoder::model::{DecodeOptions, Model};
 use decoder::symbols::SymbolPaths;
 use viewer::search::{SearchCommand, SearchState, apply_search_commands};
@@ -21,6 +22,7 @@ fn app(view: Viewport) -> App {
         .insert_resource(view)
         .init_resource::<Selection>()
         .add_message::<ViewCommand>()
+        .add_message::<RequestRedraw>()
         .add_systems(Update, apply_view_commands);
     app
 }
