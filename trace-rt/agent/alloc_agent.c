@@ -531,36 +531,27 @@ void *_ZnamRKSt9nothrow_t(size_t n, const void *tag) {
     return p;
 }
 /* C++17 aligned new (`std::align_val_t`, a size_t): recorded with its
- * alignment. The throwing ones, failing, call the library's own. */
+ * alignment. The throwing ones, failing, call the library's own (which
+ * throws); the nothrow ones return NULL. */
 typedef void *(*new_aligned_fn)(size_t, size_t);
 static void *new_aligned_failed(const char *name, size_t n, size_t align) {
     new_aligned_fn real = (new_aligned_fn)dlsym(RTLD_NEXT, name);
     return real ? real(n, align) : NULL;
 }
-void *_ZnwmSt11align_val_t(size_t n, size_t align) {
-    void *p = __libc_memalign(align, n ? n : 1);
-    if (!p) p = new_aligned_failed("_ZnwmSt11align_val_t", n, align);
-    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
-    return p;
-}
-void *_ZnamSt11align_val_t(size_t n, size_t align) {
-    void *p = __libc_memalign(align, n ? n : 1);
-    if (!p) p = new_aligned_failed("_ZnamSt11align_val_t", n, align);
-    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
-    return p;
-}
-void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t align, const void *tag) {
-    (void)tag;
-    void *p = __libc_memalign(align, n ? n : 1);
-    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
-    return p;
-}
-void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t align, const void *tag) {
-    (void)tag;
-    void *p = __libc_memalign(align, n ? n : 1);
-    note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);
-    return p;
-}
+#define NEW_ALIGNED_VARIANT(name, throwing, ...)                               \
+    void *name(size_t n, size_t align, ##__VA_ARGS__) {                        \
+        void *p = __libc_memalign(align, n ? n : 1);                          \
+        if (!p && (throwing)) p = new_aligned_failed(#name, n, align);        \
+        note(K_NEW, 0, (uint64_t)p, n, align, RET, FRAME);                    \
+        return p;                                                             \
+    }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+NEW_ALIGNED_VARIANT(_ZnwmSt11align_val_t, 1)
+NEW_ALIGNED_VARIANT(_ZnamSt11align_val_t, 1)
+NEW_ALIGNED_VARIANT(_ZnwmSt11align_val_tRKSt9nothrow_t, 0, const void *tag)
+NEW_ALIGNED_VARIANT(_ZnamSt11align_val_tRKSt9nothrow_t, 0, const void *tag)
+#pragma GCC diagnostic pop
 /* Every operator delete frees what any operator new returned: the size,
  * alignment and nothrow arguments change nothing here. */
 #define DELETE_VARIANT(name, ...)                                        \

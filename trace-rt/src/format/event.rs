@@ -130,18 +130,12 @@ fn undelta(previous: &mut u64, delta: i64) -> u64 {
 }
 
 /// Previous pointer, call site and time of the allocation events within
-/// one chunk: since format v4 these are stored as differences to it. An
-/// allocator hands out addresses near the ones before, a program calls it
-/// from a few places, and calls come microseconds apart: a call with its
-/// detail and stack in a malloc/free loop takes 18 bytes before compression
-/// instead of 33 (`allocator_calls_take_a_few_bytes_each`).
-///
-/// `ALLOC` v4: `flags_kind:u8 size align [ptr_in:i64] [ptr_out:i64]
-/// callsite:i64`, where `flags_kind` is the kind in bits 0-5, bit 6 set
-/// when `ptr_in` is stored (it is not 0), bit 7 when `ptr_out` is; each
-/// stored pointer is the difference to the pointer stored before it (in or
-/// out). `AllocDetail` v4: `usable time:i64`, the time a difference to the
-/// previous detail's.
+/// one chunk: since format v4 these are stored as differences to it (the
+/// byte layout is in the [module documentation](super)). An allocator
+/// hands out addresses near the ones before, a program calls it from a few
+/// places, and calls come microseconds apart: a call with its detail and
+/// stack in a malloc/free loop takes 18 bytes before compression instead of
+/// 33 (`allocator_calls_take_a_few_bytes_each`).
 #[derive(Default, Clone, Copy)]
 struct AllocState {
     pointer: u64,
