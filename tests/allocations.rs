@@ -567,7 +567,12 @@ fn a_third_party_c_library_heap_equals_dhat_and_heaptrack() {
     let bin = rust_example("zstd_compress");
     let (h, _) = heap_equal_to_dhat(&bin, &["512"], "zstd-heap");
     let largest = &h["top_by_bytes"][0];
-    assert_eq!(largest["function"], "ZSTD_customMalloc", "zstd's workspace is the largest: {largest}");
+    // Built with optimisation (`cargo test --release`), zstd-sys inlines
+    // the wrapper into its caller: the row then names the caller, at the
+    // wrapper's line in allocations.h.
+    let wrapper = largest["function"] == "ZSTD_customMalloc"
+        || largest["line"].as_str().is_some_and(|l| l.starts_with("common/allocations.h:"));
+    assert!(wrapper, "zstd's workspace is the largest, allocated in ZSTD_customMalloc: {largest}");
     let (calls, leaked, _) = heaptrack(&bin, &["512"], "zstd");
     let blocks = h["blocks"].as_u64().expect("blocks");
     assert!(calls == blocks || calls == blocks + 1, "heaptrack's calls {calls}, our blocks {blocks}");

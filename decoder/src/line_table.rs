@@ -76,6 +76,24 @@ impl<V: Copy + Default> LineTable<V> {
         crate::prefetch::prefetch(&self.slots[self.home(line)]);
     }
 
+    /// The value of `line` if it is in its home slot, which a
+    /// [`Self::prefetch`] a while ago should have brought in; otherwise
+    /// `None`, having started loading the next slot its probe visits (a
+    /// line whose home another line took). A hint for a lookup to come:
+    /// it waits on memory at most once.
+    #[inline]
+    pub fn prefetch_probe(&self, line: u64) -> Option<&V> {
+        let home = self.home(line);
+        let (key, value) = &self.slots[home];
+        if *key == line {
+            return Some(value);
+        }
+        if *key != EMPTY {
+            crate::prefetch::prefetch(&self.slots[(home + PROBE_STEP) & (self.slots.len() - 1)]);
+        }
+        None
+    }
+
     /// The value of `line`, inserted as `V::default()` if it is new.
     #[inline]
     pub fn entry(&mut self, line: u64) -> &mut V {
@@ -156,6 +174,9 @@ mod tests {
                 _ => (seed >> 20) % 40_000,
             };
             table.prefetch(line);
+            if let Some(v) = table.prefetch_probe(line) {
+                assert_eq!(reference.get(&line), Some(v), "line {line}");
+            }
             let before = table.len();
             *table.entry(line) += i;
             assert_eq!(table.len() > before, !reference.contains_key(&line), "line {line}");

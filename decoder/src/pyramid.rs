@@ -1,24 +1,36 @@
 //! The multi-resolution summary of the bitmap, built while decoding: level
 //! 0 holds one [`Span`] per block of `2^shift` columns, each coarser level
-//! merges pairs of the level below. Drawing a column range at W pixels
+//! merges pairs of the level below (groups of four, for the first, above a
+//! very large level 0). Drawing a column range at W pixels
 //! reads the level whose blocks are about a pixel wide: O(W x rows),
 //! whatever the trace's length — no replay for a whole-trace view.
 //!
 //! Cells are stored quantized (6 bytes per block and row). Level 0 holds at
 //! most [`MAX_LEVEL0_CELLS`] cells: when a trace would need more, blocks
-//! double in width (as the working-set snapshots do), so the summary of any
-//! trace stays within about 400 MB (192 MB of level 0 and as much again in
-//! the coarser levels).
+//! double in width (as the working-set snapshots do). When level 0 is that
+//! large, the level of twice its width is left out
+//! ([`SKIP_SECOND_LEVEL_CELLS`]), so the summary of any trace stays within
+//! about 600 MB (400 MB of level 0, half as much in the coarser levels;
+//! 450 MB for 100M reads of 512 rows).
 
 use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 
 /// Most cells (blocks x rows) level 0 keeps before its blocks double.
-/// 2^25: a 100M-read trace of 512 rows keeps blocks of 2,048 columns, so
-/// a view of 2,048 columns per pixel or more is drawn from the summary
-/// (at 2^24, 4,096: a zoom step at 3,604 replayed 6M columns, 340-380 ms
-/// in the viewer). The viewer's peak memory on that trace stays under
-/// 1 GiB because the decoding preview no longer copies level 0.
-pub const MAX_LEVEL0_CELLS: usize = 1 << 25;
+/// 2^26: a 100M-read trace of 512 rows keeps blocks of 1,024 columns, so
+/// a view of 1,024 columns per pixel or more is drawn from the summary.
+/// At 2^25 (blocks of 2,048), the zoom step at 1,802 replayed 3.1M
+/// columns, 177-275 ms in the viewer; at 2^24 (4,096), the step at 3,604
+/// replayed 6M columns, 340-380 ms. The viewer's peak memory on that
+/// trace stays under 1 GiB because the level above level 0 is left out
+/// ([`SKIP_SECOND_LEVEL_CELLS`]) and the decoding preview does not copy
+/// level 0.
+pub const MAX_LEVEL0_CELLS: usize = 1 << 26;
+/// Level-0 cells above which the level of twice level 0's width is left
+/// out (the next is four times as wide). Level 0 is then most of the
+/// summary's memory, and the level above it half as much again; without
+/// it, a view of 2 to 4 blocks a pixel merges that many level-0 blocks a
+/// pixel, which costs less than the replay a missing finer level would.
+pub const SKIP_SECOND_LEVEL_CELLS: usize = 1 << 25;
 /// Width of level-0 blocks to start with: `2^10` columns (they double for
 /// long traces).
 pub const FIRST_SHIFT: u32 = 10;
@@ -112,43 +124,47 @@ impl Level {
 
     /// The level above: pairs of blocks merged (`columns` in all).
     fn coarser(&self, columns: u64) -> Level {
+        self.merged(1, columns)
+    }
+
+    /// A coarser level: groups of `2^step` blocks merged (`columns` in
+    /// all).
+    fn merged(&self, step: u32, columns: u64) -> Level {
         let width = 1u64 << self.shift;
-        // Pairs `range` merged into one run of cells, with each merged
-        // block's end in it; one merger's buffers serve every pair.
-        let merge_pairs = |range: std::ops::Range<usize>| {
+        let group = 1usize << step;
+        // Groups `range` merged into one run of cells, with each merged
+        // block's end in it; one merger's buffers serve every group.
+        let merge_groups = |range: std::ops::Range<usize>| {
             let mut merger = RowMerger::default();
             let (mut cells, mut ends) = (Vec::new(), Vec::with_capacity(range.len()));
-            for p in range {
-                let i = 2 * p;
-                let a = self.block(i);
-                let b = if i + 1 < self.blocks() { self.block(i + 1) } else { &[] };
-                let wa = width.min(columns.saturating_sub(i as u64 * width)) as f64;
-                let wb = width.min(columns.saturating_sub((i as u64 + 1) * width)) as f64;
+            for g in range {
                 merger.clear();
-                merger.add(a.iter().map(SummaryCell::row), wa);
-                merger.add(b.iter().map(SummaryCell::row), wb);
+                for i in g * group..((g + 1) * group).min(self.blocks()) {
+                    let w = width.min(columns.saturating_sub(i as u64 * width)) as f64;
+                    merger.add(self.block(i).iter().map(SummaryCell::row), w);
+                }
                 cells.extend(merger.finish().iter().map(SummaryCell::from_row));
                 ends.push(cells.len() as u32);
             }
             (cells, ends)
         };
-        let pairs = self.blocks().div_ceil(2);
+        let groups = self.blocks().div_ceil(group);
         // The levels are built when decoding ends, while the other thread
         // waits: long levels are merged half on each core.
-        let parts = if pairs >= PARALLEL_PAIRS {
-            let half = pairs / 2;
+        let parts = if groups >= PARALLEL_GROUPS {
+            let half = groups / 2;
             std::thread::scope(|scope| {
-                let upper = scope.spawn(|| merge_pairs(half..pairs));
-                let lower = merge_pairs(0..half);
+                let upper = scope.spawn(|| merge_groups(half..groups));
+                let lower = merge_groups(0..half);
                 match upper.join() {
                     Ok(upper) => vec![lower, upper],
                     Err(panic) => std::panic::resume_unwind(panic),
                 }
             })
         } else {
-            vec![merge_pairs(0..pairs)]
+            vec![merge_groups(0..groups)]
         };
-        let mut up = Level::new(self.shift + 1);
+        let mut up = Level::new(self.shift + step);
         up.cells.reserve(parts.iter().map(|(cells, _)| cells.len()).sum());
         for (cells, ends) in parts {
             let base = up.cells.len() as u32;
@@ -159,13 +175,15 @@ impl Level {
     }
 }
 
-/// Block pairs from which a level is merged on two threads.
-const PARALLEL_PAIRS: usize = 256;
+/// Block groups from which a level is merged on two threads.
+const PARALLEL_GROUPS: usize = 256;
 
 /// The summary: level 0 finest.
 #[derive(Clone, Debug, Default)]
 pub struct BitmapPyramid {
-    /// Levels, finest first.
+    /// Levels, finest first. Block widths double from one level to the
+    /// next, except that the second may be four times the first's
+    /// ([`SKIP_SECOND_LEVEL_CELLS`]); [`BitmapPyramid::level_for`] picks.
     pub levels: Vec<Level>,
     /// Columns summarized.
     pub columns: u64,
@@ -327,7 +345,20 @@ impl PyramidBuilder {
 
     /// The summary of `columns` columns.
     pub fn finish(self, columns: u64) -> BitmapPyramid {
-        let mut levels = vec![self.level0];
+        BitmapPyramid::from_level0(self.level0, columns, SKIP_SECOND_LEVEL_CELLS)
+    }
+}
+
+impl BitmapPyramid {
+    /// The levels above `level0`, each merging pairs of the level below,
+    /// except that above a level 0 of more than `skip_above` cells the
+    /// first merges groups of four (see [`SKIP_SECOND_LEVEL_CELLS`]).
+    fn from_level0(level0: Level, columns: u64, skip_above: usize) -> BitmapPyramid {
+        let step = if level0.cells() > skip_above { 2 } else { 1 };
+        let mut levels = vec![level0];
+        if levels[0].blocks() > 1 {
+            levels.push(levels[0].merged(step, columns));
+        }
         while levels.last().is_some_and(|l| l.blocks() > 1) {
             let next = levels.last().map(|l| l.coarser(columns)).unwrap_or_default();
             levels.push(next);
@@ -387,6 +418,43 @@ mod tests {
         let back = SummaryCell::from_row(&r).row();
         assert!((back.occupancy - r.occupancy).abs() < 1e-4);
         assert!((back.means.fresh - 0.5).abs() < 0.003 && (back.means.tint - 1.0).abs() < 1e-9);
+    }
+
+    /// Above the threshold, the level of twice level 0's width is left
+    /// out, and the level of four times its width merges groups of four
+    /// as two levels of pairs would (within quantizing).
+    #[test]
+    fn a_large_level_0_skips_the_level_above_it() {
+        let mut b = PyramidBuilder::default();
+        let blocks = 11u64;
+        for i in 0..blocks {
+            let occupancy = [1.0, (i % 5) as f64 / 5.0, (i % 3) as f64 / 3.0];
+            b.push(&span(&occupancy[..1 + (i % 3) as usize], (i % 7) as f64 / 7.0));
+        }
+        let columns = (blocks << FIRST_SHIFT) - 100;
+        let level0 = b.level0;
+        let pairs = BitmapPyramid::from_level0(level0.clone(), columns, level0.cells());
+        let skipping = BitmapPyramid::from_level0(level0.clone(), columns, level0.cells() - 1);
+        let shifts = |p: &BitmapPyramid| p.levels.iter().map(|l| l.shift - FIRST_SHIFT).collect::<Vec<_>>();
+        assert_eq!(shifts(&pairs), vec![0, 1, 2, 3, 4]);
+        assert_eq!(shifts(&skipping), vec![0, 2, 3, 4]);
+        let (by_pairs, by_fours) = (&pairs.levels[2], &skipping.levels[1]);
+        assert_eq!(by_fours.blocks(), 3, "11 blocks in fours, the last group short");
+        for i in 0..by_fours.blocks() {
+            let (a, b) = (by_pairs.block(i), by_fours.block(i));
+            assert_eq!(a.len(), b.len(), "block {i}");
+            for (x, y) in a.iter().zip(b) {
+                assert!(
+                    x.occupancy.abs_diff(y.occupancy) <= 2 && x.fresh.abs_diff(y.fresh) <= 1,
+                    "block {i}: {x:?} {y:?}"
+                );
+            }
+        }
+        // A view of 3 blocks a pixel is drawn from level 0 when the level
+        // of 2 blocks is left out.
+        let w = (1u64 << FIRST_SHIFT) as f64;
+        assert_eq!(skipping.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT));
+        assert_eq!(pairs.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT + 1));
     }
 
     #[test]

@@ -12,6 +12,13 @@
 //! benchmark trace), so its walks stay in the CPU's nearest caches, which
 //! is what makes this fast.
 //!
+//! The block the present time is in (the *tail*) is kept out of the tree:
+//! a query never sums a block at or after its own, so the tree need not
+//! hold the tail's marks until time moves past it. Every access sets a
+//! mark at the present and most clear one near it (a distance of 0 or 1),
+//! so this spares a walk up the tree for most accesses: the tail's count
+//! enters the tree once per block.
+//!
 //! Memory is bounded by the number of distinct lines, not by the trace
 //! length: when the time axis fills the tree, the live marks (one per line)
 //! are renumbered densely and the tree is rebuilt.
@@ -94,8 +101,10 @@ pub struct ReuseDistance {
     /// One bit per time slot: set when it is some line's last read.
     marks: Vec<u64>,
     /// Fenwick tree over the number of marks in each block of
-    /// [`WORDS_PER_BLOCK`] words of `marks`.
+    /// [`WORDS_PER_BLOCK`] words of `marks`, but for the tail block's.
     tree: Vec<u32>,
+    /// The block `now` is in, whose marks the tree leaves out.
+    tail: usize,
     now: u32,
     live: u32,
     /// (line, thread) of the last read.
@@ -117,6 +126,7 @@ impl ReuseDistance {
             overflow: HashMap::new(),
             marks: vec![0; MIN_SLOTS / 64],
             tree: vec![0; MIN_SLOTS / 64 / WORDS_PER_BLOCK],
+            tail: 0,
             now: 0,
             live: 0,
             last: None,
@@ -140,6 +150,7 @@ impl ReuseDistance {
         }
         let now = self.now;
         self.now += 1;
+        self.enter_block_of(now);
         let entry = self.lines.entry(line);
         let prev = std::mem::replace(&mut entry.last_read, now);
         let new_thread = mark_thread(&mut entry.threads, thread);
@@ -168,6 +179,27 @@ impl ReuseDistance {
     #[inline]
     pub fn prefetch(&self, line: u64) {
         self.lines.prefetch(line);
+    }
+
+    /// The second step of a lookup's prefetch, a while after
+    /// [`Self::prefetch`]: with `line`'s entry at hand, starts loading the
+    /// words of the mark bitmap and the leaf of the tree that its access
+    /// will change; otherwise starts loading the entry's next slot. (If
+    /// the line is read again before then, the hint is for an old mark,
+    /// and only wasted.)
+    #[inline]
+    pub fn prefetch_marks(&self, line: u64) {
+        if let Some(entry) = self.lines.prefetch_probe(line)
+            && entry.last_read != NOT_READ
+        {
+            let word = entry.last_read as usize / 64;
+            if let Some(w) = self.marks.get(word) {
+                crate::prefetch::prefetch(w);
+            }
+            if let Some(leaf) = self.tree.get(word / WORDS_PER_BLOCK) {
+                crate::prefetch::prefetch(leaf);
+            }
+        }
     }
 
     /// Records a write of `line` by thread slot `thread` (for distinct-line
@@ -226,11 +258,33 @@ impl ReuseDistance {
         sum
     }
 
+    /// Sets (`delta` 1) or clears (-1) the mark at `t`.
     #[inline]
     fn add(&mut self, t: u32, delta: i32) {
         let word = t as usize / 64;
         self.marks[word] ^= 1 << (t % 64);
-        let mut i = word / WORDS_PER_BLOCK + 1;
+        let block = word / WORDS_PER_BLOCK;
+        if block != self.tail {
+            self.add_to_tree(block, delta);
+        }
+    }
+
+    /// Moves the tail to the block of time `t` (the next mark's) if it is
+    /// past the tail: the old tail's marks go into the tree.
+    #[inline]
+    fn enter_block_of(&mut self, t: u32) {
+        let block = t as usize / 64 / WORDS_PER_BLOCK;
+        if block != self.tail {
+            let words = &self.marks[self.tail * WORDS_PER_BLOCK..][..WORDS_PER_BLOCK];
+            let count: u32 = words.iter().map(|w| w.count_ones()).sum();
+            self.add_to_tree(self.tail, count as i32);
+            self.tail = block;
+        }
+    }
+
+    #[inline]
+    fn add_to_tree(&mut self, block: usize, delta: i32) {
+        let mut i = block + 1;
         while i <= self.tree.len() {
             self.tree[i - 1] = self.tree[i - 1].wrapping_add_signed(delta);
             i += i & i.wrapping_neg();
@@ -253,8 +307,11 @@ impl ReuseDistance {
             }
             self.marks[new_time / 64] |= 1 << (new_time % 64);
         }
-        // Build the tree in O(n): block counts, then push partial sums up.
-        for (count, block) in self.tree.iter_mut().zip(self.marks.chunks(WORDS_PER_BLOCK)) {
+        // Build the tree in O(n): block counts (the tail's left out), then
+        // push partial sums up.
+        self.now = order.len() as u32;
+        self.tail = self.now as usize / 64 / WORDS_PER_BLOCK;
+        for (count, block) in self.tree.iter_mut().zip(self.marks.chunks(WORDS_PER_BLOCK)).take(self.tail) {
             *count = block.iter().map(|w| w.count_ones()).sum();
         }
         let size = self.tree.len();
@@ -265,7 +322,6 @@ impl ReuseDistance {
                 self.tree[parent - 1] += v;
             }
         }
-        self.now = order.len() as u32;
     }
 }
 
@@ -313,6 +369,12 @@ impl ReuseQueue {
     #[inline]
     fn push(&mut self, line: u64, thread: usize, write: bool) {
         self.reuse.prefetch(line);
+        // Halfway through the queue, an entry is in the CPU cache: what
+        // its access will touch next can start loading.
+        if self.queued >= QUEUE_DEPTH / 2 {
+            let (halfway, _, _) = self.pending[(self.queued - QUEUE_DEPTH / 2) % QUEUE_DEPTH];
+            self.reuse.prefetch_marks(halfway);
+        }
         let slot = self.queued % QUEUE_DEPTH;
         if self.queued >= QUEUE_DEPTH {
             let (l, t, w) = self.pending[slot];
