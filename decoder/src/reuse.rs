@@ -14,10 +14,11 @@
 //!
 //! The block the present time is in (the *tail*) is kept out of the tree:
 //! a query never sums a block at or after its own, so the tree need not
-//! hold the tail's marks until time moves past it. Every access sets a
-//! mark at the present and most clear one near it (a distance of 0 or 1),
-//! so this spares a walk up the tree for most accesses: the tail's count
-//! enters the tree once per block.
+//! hold the tail's marks until time moves past it. Every access past the
+//! same-line shortcut sets a mark at the present, and one at a short
+//! distance clears a mark in the same block, so this spares one or two
+//! walks up the tree per access: the tail's count enters the tree once per
+//! block.
 //!
 //! Memory is bounded by the number of distinct lines, not by the trace
 //! length: when the time axis fills the tree, the live marks (one per line)
