@@ -354,13 +354,10 @@ impl BitmapPyramid {
     /// except that above a level 0 of more than `skip_above` cells the
     /// first merges groups of four (see [`SKIP_SECOND_LEVEL_CELLS`]).
     fn from_level0(level0: Level, columns: u64, skip_above: usize) -> BitmapPyramid {
-        let step = if level0.cells() > skip_above { 2 } else { 1 };
         let mut levels = vec![level0];
-        if levels[0].blocks() > 1 {
-            levels.push(levels[0].merged(step, columns));
-        }
-        while levels.last().is_some_and(|l| l.blocks() > 1) {
-            let next = levels.last().map(|l| l.coarser(columns)).unwrap_or_default();
+        while let Some(last) = levels.last().filter(|l| l.blocks() > 1) {
+            let step = if levels.len() == 1 && last.cells() > skip_above { 2 } else { 1 };
+            let next = last.merged(step, columns);
             levels.push(next);
         }
         if levels[0].blocks() == 0 {
