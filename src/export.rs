@@ -54,6 +54,10 @@ pub fn export(args: ExportArgs) -> Result<()> {
             return Err(e);
         }
     }
+    // As `render` does: an export of a cut or damaged trace is partial.
+    if let Some(status) = model.status_note() {
+        eprintln!("linetrace: note: the trace is {status}");
+    }
     eprintln!("linetrace: wrote {}", args.output.display());
     Ok(())
 }

@@ -186,3 +186,79 @@ fn csv_rows_are_the_accesses() {
     }
     assert_eq!((r, w), (reads, writes));
 }
+
+/// A trace with no events (a recording stopped before the function's first
+/// access, or a file cut inside its first events chunk): every format is
+/// written, empty of accesses, where the walk over the trace used to fail
+/// ("corrupt trace: the trace has no snapshot to start from"); and a cut
+/// file says so, as `render` does.
+#[test]
+fn a_trace_without_events_exports_empty() {
+    use trace_rt::format::{Metadata, TraceWriter, Trailer};
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("export-empty");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let whole = dir.join("no-events.lntrace");
+    let w = TraceWriter::new(std::fs::File::create(&whole).expect("create"), &Metadata::new("test")).expect("header");
+    w.finish(&Trailer::default()).expect("finish");
+    let bytes = std::fs::read(&whole).expect("read");
+    let cut = dir.join("cut.lntrace");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1]).expect("write");
+    for (trace, note) in [(&whole, false), (&cut, true)] {
+        for format in ["csv", "chrome", "folded", "speedscope"] {
+            let out_path = dir.join(format!("{}.{format}", trace.file_stem().and_then(|s| s.to_str()).unwrap_or("t")));
+            let out = linetrace()
+                .args(["export", "--force", "--format", format, "-o"])
+                .arg(&out_path)
+                .arg(trace)
+                .output()
+                .expect("export");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "export {format} of {}: {stderr}", trace.display());
+            assert_eq!(stderr.contains("note: the trace is truncated"), note, "{format}: {stderr}");
+            let text = std::fs::read_to_string(&out_path).expect("export file");
+            match format {
+                "csv" => assert_eq!(text.lines().count(), 1, "the header only: {text}"),
+                "folded" => assert!(text.is_empty(), "no stacks: {text}"),
+                _ => {
+                    serde_json::from_str::<serde_json::Value>(&text).expect("JSON");
+                }
+            }
+        }
+    }
+}
+
+/// Writes after the trace's last read (a function that crashed right after
+/// a store) are exported, at the column after that read (a write's column is
+/// the read after it), and counted as `report` counts them. The walk used to
+/// stop at the last read and leave them out of every format.
+#[test]
+fn writes_after_the_last_read_are_exported() {
+    use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("export-last-write");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let trace = dir.join("store-last.lntrace");
+    let mut w =
+        TraceWriter::new(std::fs::File::create(&trace).expect("create"), &Metadata::new("test")).expect("header");
+    let read = w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let write = w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 8, count: 1 });
+    w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
+    w.push(1, &Event::Access { site: read, addr: 0x5000 }).expect("push");
+    w.push(1, &Event::Access { site: write, addr: 0x6000 }).expect("push");
+    w.push(1, &Event::Access { site: write, addr: 0x6008 }).expect("push");
+    w.finish(&Trailer::default()).expect("finish");
+    assert_eq!(totals(&trace).0, 1);
+    assert_eq!(totals(&trace).1, 2);
+    let text = export(&trace, "csv", &[]);
+    let rows: Vec<(&str, &str, &str)> = text
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0], f[5], f[8])
+        })
+        .collect();
+    assert_eq!(rows, [("0", "0x5000", "read"), ("1", "0x6000", "write"), ("1", "0x6008", "write")], "{text}");
+    let folded = export(&trace, "folded", &["--weight", "writes"]);
+    let sum: u64 = folded.lines().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
+    assert_eq!(sum, 2, "{folded}");
+}

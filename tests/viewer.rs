@@ -591,3 +591,47 @@ fn the_viewer_shows_the_thread_asked_for() {
     assert!(status.contains(&format!("thread {thread} of 4 that read")), "{status}");
     assert!(status.contains(&format!("{reads} reads")), "{status}");
 }
+
+/// A trace with nothing to draw (no reads; in the allocations view, no heap
+/// blocks) says why, and that message is the final picture: a screenshot is
+/// taken at once. It used to wait for a picture until it gave up, 20,000
+/// frames (many minutes) later.
+#[test]
+fn a_trace_with_nothing_to_draw_says_so_at_once() {
+    use trace_rt::format::{Metadata, TraceWriter, Trailer};
+    let trace = trace_path("nothing-to-draw");
+    let w = TraceWriter::new(std::fs::File::create(&trace).expect("create"), &Metadata::new("test")).expect("header");
+    w.finish(&Trailer::default()).expect("finish");
+    for mode in [&[][..], &["--allocations"][..]] {
+        let png_path = trace.with_extension(format!("{}.png", mode.len()));
+        let state_path = png_path.with_extension("json");
+        let mut cmd = linetrace();
+        cmd.arg("view")
+            .arg(&trace)
+            .args(["--size", "600x400", "--screenshot"])
+            .arg(&png_path)
+            .arg("--state")
+            .arg(&state_path)
+            .args(mode)
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY");
+        let run = run_bounded(cmd, std::time::Duration::from_secs(120));
+        assert!(!run.timed_out, "{mode:?}: the screenshot waited for a picture");
+        assert_eq!(run.code, Some(0), "{mode:?}: {}", run.stderr);
+        let state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("state JSON");
+        assert_eq!(state["complete"], true, "{mode:?}: {state}");
+        // The message: light text across the middle of the view, left of
+        // the allocations view's side panel.
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png_path).expect("png")));
+        let mut reader = decoder.read_info().expect("png header");
+        let mut rgb = vec![0; reader.output_buffer_size().expect("size")];
+        let info = reader.next_frame(&mut rgb).expect("png data");
+        let (w, h) = (info.width as usize, info.height as usize);
+        let light = (h / 2 - 30..h / 2 + 30)
+            .flat_map(|y| (0..w * 6 / 10).map(move |x| (y * w + x) * 3))
+            .filter(|&i| rgb[i..i + 3].iter().all(|&c| c > 170))
+            .count();
+        assert!(light > 40, "{mode:?}: no message in the middle ({light} light pixels)");
+    }
+}

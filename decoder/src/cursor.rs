@@ -53,10 +53,18 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
     fn start(model: &'m Model, column: u64, calls: bool) -> Result<Self, DecodeError> {
         let snaps = &model.working_set.snapshots;
         let i = snaps.partition_point(|s| s.column <= column).saturating_sub(1);
-        let snap =
-            snaps.get(i).ok_or_else(|| DecodeError::Corrupt("the trace has no snapshot to start from".into()))?;
         let file = File::open(&model.trace_path).map_err(FormatError::from)?;
         let mut reader = TraceReader::new(BufReader::with_capacity(1 << 16, file))?;
+        let Some(snap) = snaps.get(i) else {
+            // Snapshots are taken at events chunks: a trace cut inside its
+            // first chunk has none, and no events either. Its walk is empty.
+            if model.columns > 0 {
+                return Err(DecodeError::Corrupt("the trace has no snapshot to start from".into()));
+            }
+            let set = WorkingSet::new(model.working_set.config);
+            let calls = calls.then(CallTreeBuilder::default);
+            return Ok(ColumnCursor { model, reader, set, calls, column: 0 });
+        };
         reader.seek_to_chunk(snap.chunk, &model.sites)?;
         let config = model.working_set.config;
         let calls = calls.then(|| CallTreeBuilder::resume(&snap.stacks));
@@ -125,15 +133,19 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
     /// Like [`ColumnCursor::step`], but stops at writes too (which make no
     /// column): every access in trace order.
     pub fn next_access(&mut self, observer: &mut impl LineObserver) -> Result<Option<Step>, DecodeError> {
-        if self.column >= self.model.columns {
-            return Ok(None);
-        }
+        // Past the last read the walk goes on: writes after it (a function
+        // that crashed right after a store) have column `model.columns`.
         while let Some(rec) = self.reader.next_record()? {
             if !on_timeline(self.model.timeline, rec.thread, &rec.event) {
                 continue;
             }
             match access_of(&rec.event, self.reader.sites())? {
                 Some(access) => {
+                    if access.reads && self.column >= self.model.columns {
+                        // Every read the model counted is walked: a read
+                        // beyond them would be a column it has no data for.
+                        return Ok(None);
+                    }
                     if let Some(calls) = self.calls.as_mut() {
                         if access.writes {
                             calls.write(rec.thread);

@@ -76,7 +76,11 @@ pub fn range_stats(
     let mut reuse = ReuseDistance::new();
     let mut stats = RangeStats { from, to, ..RangeStats::default() };
     let mut seen: Vec<u64> = Vec::new();
-    while cursor.column() < to {
+    // A write's column is the read after it: a range stops before the
+    // writes that follow its last read, unless it ends the trace (the
+    // writes after the trace's last read are in no other range).
+    let to_the_end = to == model.columns;
+    while cursor.column() < to || to_the_end {
         let Some(step) = cursor.next_access(&mut fetches)? else { break };
         let (thread, access) = match step {
             Step::Read(r) => (r.thread, r.access),

@@ -507,6 +507,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     };
     if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {
         crate::paint::centred_message(&painter, whole, "this trace has no heap blocks", 15.0);
+        // Final: there is no picture to wait for (a screenshot waited for
+        // one until it gave up).
+        (report.sharp, report.picture) = (true, true);
         return;
     }
     let (rect, strip) = {

@@ -764,6 +764,9 @@ fn main_view(
     let model = &l.model;
     if model.columns == 0 {
         crate::paint::centred_message(&painter, full, "this trace has no memory reads", 16.0);
+        // Final: there is no picture to wait for (a screenshot waited for
+        // one until it gave up).
+        (report.sharp, report.picture) = (true, true);
         return;
     }
     // Layout.
