@@ -150,7 +150,8 @@ pub enum Command {
     /// line fetches and bytes read per fetch), folded (stacks with weights
     /// for inferno / flamegraph.pl), speedscope, or csv (one row per
     /// access: column, thread, pc, function, file_line, address, line, size,
-    /// kind; a write's column is that of the read after it).
+    /// kind; a write's column is that of the read after it, and a write
+    /// after the last read has the number of columns).
     Export(ExportArgs),
 }
 
