@@ -44,7 +44,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
 pub fn run_viewer(options: viewer::ViewerOptions) -> Result<()> {
     prepare_environment();
     let offscreen = options.screenshot.is_some() || options.bench.is_some();
-    let _xvfb = if no_display() && offscreen { Some(Xvfb::start(options.size)?) } else { None };
+    let _xvfb = if offscreen && display_problem().is_some() { Some(Xvfb::start(options.size)?) } else { None };
     let shot = options.screenshot.as_ref().map(|s| s.path.clone());
     viewer::run(options).context("viewer")?;
     if let Some(path) = shot {
@@ -53,8 +53,16 @@ pub fn run_viewer(options: viewer::ViewerOptions) -> Result<()> {
     Ok(())
 }
 
-fn no_display() -> bool {
-    std::env::var_os("DISPLAY").is_none() && std::env::var_os("WAYLAND_DISPLAY").is_none()
+/// Why no window can be opened here, if none can (the viewer's own probe,
+/// [`viewer::display::check_display`]).
+fn display_problem() -> Option<String> {
+    match viewer::display::check_display() {
+        Ok(()) => None,
+        Err(viewer::display::DisplayProblem::Unset) => Some("no display".to_string()),
+        Err(viewer::display::DisplayProblem::Unreachable { display, why }) => {
+            Some(format!("the X display {display:?} cannot be opened ({why})"))
+        }
+    }
 }
 
 /// Winit wants a runtime directory; a bare shell (CI, ssh) may lack one.
@@ -147,7 +155,8 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
     )?;
     linetrace("report", &["report".as_ref(), trace.as_os_str(), "--by".as_ref(), "line".as_ref()])?;
 
-    let offscreen = args.screenshot || no_display();
+    let problem = display_problem();
+    let offscreen = args.screenshot || problem.is_some();
     if !offscreen {
         run_viewer(viewer::ViewerOptions::new(trace))?;
         return Ok(ExitCode::SUCCESS);
@@ -157,8 +166,9 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
         // The CPU rasteriser draws the same flamegraph and bitmap without
         // an X server or a Vulkan driver: still a picture, only no panels.
         eprintln!(
-            "linetrace: no display and {missing}: drawing with `linetrace render` instead of the viewer \
-             (apt-get install xvfb mesa-vulkan-drivers for the viewer's screenshot)"
+            "linetrace: {} and {missing}: drawing with `linetrace render` instead of the viewer \
+             (apt-get install xvfb mesa-vulkan-drivers for the viewer's screenshot)",
+            problem.as_deref().unwrap_or("a screenshot asked for")
         );
         linetrace(
             "render",
@@ -166,8 +176,8 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    if no_display() {
-        eprintln!("linetrace: no display: drawing the viewer offscreen to {}", path.display());
+    if let Some(problem) = &problem {
+        eprintln!("linetrace: {problem}: drawing the viewer offscreen to {}", path.display());
     }
     let mut options = viewer::ViewerOptions::new(trace);
     options.screenshot =

@@ -635,3 +635,30 @@ fn a_trace_with_nothing_to_draw_says_so_at_once() {
         assert!(light > 40, "{mode:?}: no message in the middle ({light} light pixels)");
     }
 }
+
+/// A `DISPLAY` no X server answers (an ssh session without X forwarding, a
+/// server that has gone) is an error that says so, not a panic inside
+/// winit with a backtrace; a screenshot then draws offscreen as it does
+/// without a display.
+#[test]
+fn an_unreachable_display_is_an_error_not_a_panic() {
+    let trace = fixture("array_sweep_work.lntrace");
+    let unused =
+        (60_000..61_000).find(|n| !Path::new(&format!("/tmp/.X11-unix/X{n}")).exists()).expect("a free display number");
+    let out = linetrace().arg("view").arg(&trace).env("DISPLAY", format!(":{unused}")).output().expect("view runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains(&format!("cannot open the X display \":{unused}\"")), "{stderr}");
+    let png = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("unreachable-display-{}.png", std::process::id()));
+    let out = linetrace()
+        .arg("view")
+        .arg(&trace)
+        .args(["--size", "600x400", "--screenshot"])
+        .arg(&png)
+        .env("DISPLAY", format!(":{unused}"))
+        .output()
+        .expect("view runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(png.is_file());
+}

@@ -24,6 +24,7 @@
 
 pub mod bench;
 pub mod compare;
+pub mod display;
 pub mod egui_shader;
 pub mod heap;
 pub mod jobs;
@@ -61,6 +62,16 @@ pub enum ViewerError {
     /// There is no display to open a window on.
     #[error("no display: set DISPLAY (X11), or use --screenshot to draw offscreen")]
     NoDisplay,
+    /// `DISPLAY` names an X server that does not answer.
+    #[error(
+        "cannot open the X display {display:?}: {why}; is its server running? (or use --screenshot to draw offscreen)"
+    )]
+    UnreachableDisplay {
+        /// The value of `DISPLAY`.
+        display: String,
+        /// What the probe found.
+        why: String,
+    },
     /// A headless run could not produce its picture.
     #[error("the screenshot was not taken: {0}")]
     Screenshot(String),
@@ -156,8 +167,12 @@ pub const SCREENSHOT_MAX_FRAMES: u32 = 20_000;
 /// Opens the window (or draws offscreen with a screenshot request) and
 /// runs until it is closed.
 pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
-    if std::env::var_os("DISPLAY").is_none() && std::env::var_os("WAYLAND_DISPLAY").is_none() {
-        return Err(ViewerError::NoDisplay);
+    match display::check_display() {
+        Ok(()) => {}
+        Err(display::DisplayProblem::Unset) => return Err(ViewerError::NoDisplay),
+        Err(display::DisplayProblem::Unreachable { display, why }) => {
+            return Err(ViewerError::UnreachableDisplay { display, why });
+        }
     }
     let failure = Arc::new(std::sync::Mutex::new(None::<String>));
     let mut app = App::new();
