@@ -218,20 +218,5 @@ fn offscreen_viewer_missing() -> Option<&'static str> {
     if !on_path("Xvfb") {
         return Some("no Xvfb");
     }
-    let icd_dirs = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d"];
-    let has_driver = std::env::var_os("VK_ICD_FILENAMES").is_some()
-        || std::env::var_os("VK_DRIVER_FILES").is_some()
-        || icd_dirs.iter().any(|dir| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some()));
-    let has_loader = [
-        "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
-        "/lib/x86_64-linux-gnu/libvulkan.so.1",
-        "/usr/lib/libvulkan.so.1",
-        "/usr/lib64/libvulkan.so.1",
-    ]
-    .iter()
-    .any(|p| Path::new(p).exists());
-    if !has_driver || !has_loader {
-        return Some("no Vulkan driver");
-    }
-    None
+    viewer::display::vulkan_missing()
 }

@@ -605,16 +605,8 @@ fn a_trace_with_nothing_to_draw_says_so_at_once() {
     for mode in [&[][..], &["--allocations"][..]] {
         let png_path = trace.with_extension(format!("{}.png", mode.len()));
         let state_path = png_path.with_extension("json");
-        let mut cmd = linetrace();
-        cmd.arg("view")
-            .arg(&trace)
-            .args(["--size", "600x400", "--screenshot"])
-            .arg(&png_path)
-            .arg("--state")
-            .arg(&state_path)
-            .args(mode)
-            .env_remove("DISPLAY")
-            .env_remove("WAYLAND_DISPLAY");
+        let mut cmd = small_screenshot(&trace, &png_path);
+        cmd.arg("--state").arg(&state_path).args(mode).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
         let run = run_bounded(cmd, std::time::Duration::from_secs(120));
         assert!(!run.timed_out, "{mode:?}: the screenshot waited for a picture");
         assert_eq!(run.code, Some(0), "{mode:?}: {}", run.stderr);
@@ -651,14 +643,32 @@ fn an_unreachable_display_is_an_error_not_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains(&format!("cannot open the X display \":{unused}\"")), "{stderr}");
     let png = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("unreachable-display-{}.png", std::process::id()));
-    let out = linetrace()
-        .arg("view")
-        .arg(&trace)
-        .args(["--size", "600x400", "--screenshot"])
-        .arg(&png)
-        .env("DISPLAY", format!(":{unused}"))
-        .output()
-        .expect("view runs");
+    let out = small_screenshot(&trace, &png).env("DISPLAY", format!(":{unused}")).output().expect("view runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(png.is_file());
+}
+
+/// No Vulkan driver (a server without mesa-vulkan-drivers) is an error that
+/// names the package, not Bevy's panic ("Unable to find a GPU!").
+#[test]
+fn a_missing_vulkan_driver_is_an_error_not_a_panic() {
+    let trace = fixture("array_sweep_work.lntrace");
+    let png = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("no-vulkan-{}.png", std::process::id()));
+    let out = small_screenshot(&trace, &png)
+        .env("VK_DRIVER_FILES", "/nonexistent/linetrace-test-icd.json")
+        .env_remove("VK_ICD_FILENAMES")
+        .env_remove("DISPLAY")
+        .output()
+        .expect("view runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("no Vulkan driver") && stderr.contains("mesa-vulkan-drivers"), "{stderr}");
+}
+
+/// `linetrace view TRACE --size 600x400 --screenshot PNG`, to add to.
+fn small_screenshot(trace: &Path, png: &Path) -> std::process::Command {
+    let mut cmd = linetrace();
+    cmd.arg("view").arg(trace).args(["--size", "600x400", "--screenshot"]).arg(png);
+    cmd
 }

@@ -72,6 +72,32 @@ fn connect_abstract(name: &str) -> bool {
         .is_ok()
 }
 
+/// What is missing for drawing with Vulkan, if anything: the loader
+/// (`libvulkan.so.1`) or a driver's manifest (lavapipe's on a machine
+/// without a GPU). Without them Bevy's renderer panics at start ("Unable
+/// to find a GPU!"). A driver that is installed but fails is not seen here.
+pub fn vulkan_missing() -> Option<&'static str> {
+    let loaders = [
+        "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/lib/x86_64-linux-gnu/libvulkan.so.1",
+        "/usr/lib/libvulkan.so.1",
+        "/usr/lib64/libvulkan.so.1",
+    ];
+    if !loaders.iter().any(|p| std::path::Path::new(p).exists()) {
+        return Some("no Vulkan loader (libvulkan.so.1)");
+    }
+    // The loader's variables name manifests (or, for VK_DRIVER_FILES,
+    // directories of them) and replace its search when set.
+    let named = ["VK_DRIVER_FILES", "VK_ICD_FILENAMES"].iter().find_map(std::env::var_os);
+    let has_driver = match named {
+        Some(list) => std::env::split_paths(&list).any(|p| p.exists()),
+        None => ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d"]
+            .iter()
+            .any(|dir| std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())),
+    };
+    (!has_driver).then_some("no Vulkan driver")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

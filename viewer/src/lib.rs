@@ -62,6 +62,9 @@ pub enum ViewerError {
     /// There is no display to open a window on.
     #[error("no display: set DISPLAY (X11), or use --screenshot to draw offscreen")]
     NoDisplay,
+    /// Nothing to draw with (see [`display::vulkan_missing`]).
+    #[error("{0}: the viewer draws with Vulkan (on Debian without a GPU: apt-get install mesa-vulkan-drivers)")]
+    NoVulkan(&'static str),
     /// `DISPLAY` names an X server that does not answer.
     #[error(
         "cannot open the X display {display:?}: {why}; is its server running? (or use --screenshot to draw offscreen)"
@@ -167,6 +170,9 @@ pub const SCREENSHOT_MAX_FRAMES: u32 = 20_000;
 /// Opens the window (or draws offscreen with a screenshot request) and
 /// runs until it is closed.
 pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
+    if let Some(missing) = display::vulkan_missing() {
+        return Err(ViewerError::NoVulkan(missing));
+    }
     match display::check_display() {
         Ok(()) => {}
         Err(display::DisplayProblem::Unset) => return Err(ViewerError::NoDisplay),
