@@ -44,25 +44,14 @@ pub fn view(args: ViewArgs) -> Result<()> {
 pub fn run_viewer(options: viewer::ViewerOptions) -> Result<()> {
     prepare_environment();
     let offscreen = options.screenshot.is_some() || options.bench.is_some();
-    let _xvfb = if offscreen && display_problem().is_some() { Some(Xvfb::start(options.size)?) } else { None };
+    let no_window = viewer::display::check_display().is_err();
+    let _xvfb = if offscreen && no_window { Some(Xvfb::start(options.size)?) } else { None };
     let shot = options.screenshot.as_ref().map(|s| s.path.clone());
     viewer::run(options).context("viewer")?;
     if let Some(path) = shot {
         eprintln!("linetrace: wrote {}", path.display());
     }
     Ok(())
-}
-
-/// Why no window can be opened here, if none can (the viewer's own probe,
-/// [`viewer::display::check_display`]).
-fn display_problem() -> Option<String> {
-    match viewer::display::check_display() {
-        Ok(()) => None,
-        Err(viewer::display::DisplayProblem::Unset) => Some("no display".to_string()),
-        Err(viewer::display::DisplayProblem::Unreachable { display, why }) => {
-            Some(format!("the X display {display:?} cannot be opened ({why})"))
-        }
-    }
 }
 
 /// Winit wants a runtime directory; a bare shell (CI, ssh) may lack one.
@@ -155,7 +144,7 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
     )?;
     linetrace("report", &["report".as_ref(), trace.as_os_str(), "--by".as_ref(), "line".as_ref()])?;
 
-    let problem = display_problem();
+    let problem = viewer::display::check_display().err();
     let offscreen = args.screenshot || problem.is_some();
     if !offscreen {
         run_viewer(viewer::ViewerOptions::new(trace))?;
@@ -168,7 +157,7 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
         eprintln!(
             "linetrace: {} and {missing}: drawing with `linetrace render` instead of the viewer \
              (apt-get install xvfb mesa-vulkan-drivers for the viewer's screenshot)",
-            problem.as_deref().unwrap_or("a screenshot asked for")
+            problem.as_ref().map_or("a screenshot asked for".to_string(), |p| p.to_string())
         );
         linetrace(
             "render",

@@ -12,12 +12,15 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-/// Why no window can be opened.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why no window can be opened (one wording, for the viewer's error and
+/// for the CLI's notes when it draws offscreen instead).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DisplayProblem {
     /// `DISPLAY` is not set, or empty.
+    #[error("no display (DISPLAY is not set, or empty)")]
     Unset,
     /// `DISPLAY` names a server that does not answer.
+    #[error("cannot open the X display {display:?}: {why}")]
     Unreachable {
         /// The value of `DISPLAY`.
         display: String,

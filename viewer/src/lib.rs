@@ -60,21 +60,11 @@ use crate::work::Work;
 #[non_exhaustive]
 pub enum ViewerError {
     /// There is no display to open a window on.
-    #[error("no display: set DISPLAY (X11), or use --screenshot to draw offscreen")]
-    NoDisplay,
+    #[error("{0}; set DISPLAY to a running X server, or use --screenshot to draw offscreen")]
+    Display(display::DisplayProblem),
     /// Nothing to draw with (see [`display::vulkan_missing`]).
     #[error("{0}: the viewer draws with Vulkan (on Debian without a GPU: apt-get install mesa-vulkan-drivers)")]
     NoVulkan(&'static str),
-    /// `DISPLAY` names an X server that does not answer.
-    #[error(
-        "cannot open the X display {display:?}: {why}; is its server running? (or use --screenshot to draw offscreen)"
-    )]
-    UnreachableDisplay {
-        /// The value of `DISPLAY`.
-        display: String,
-        /// What the probe found.
-        why: String,
-    },
     /// A headless run could not produce its picture.
     #[error("the screenshot was not taken: {0}")]
     Screenshot(String),
@@ -173,13 +163,7 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     if let Some(missing) = display::vulkan_missing() {
         return Err(ViewerError::NoVulkan(missing));
     }
-    match display::check_display() {
-        Ok(()) => {}
-        Err(display::DisplayProblem::Unset) => return Err(ViewerError::NoDisplay),
-        Err(display::DisplayProblem::Unreachable { display, why }) => {
-            return Err(ViewerError::UnreachableDisplay { display, why });
-        }
-    }
+    display::check_display().map_err(ViewerError::Display)?;
     let failure = Arc::new(std::sync::Mutex::new(None::<String>));
     let mut app = App::new();
     let title = match &options.compare {
