@@ -55,15 +55,37 @@ pub fn run_viewer(options: viewer::ViewerOptions) -> Result<()> {
 }
 
 /// Winit wants a runtime directory; a bare shell (CI, ssh) may lack one.
+///
+/// One directory per user, reused by every run: a directory per process
+/// was never removed and piled up in /tmp (hundreds after a test run).
+/// Like a real `XDG_RUNTIME_DIR` it is the user's own, mode 0700; one that
+/// is not (another user made it first, or a symlink) is not used.
 fn prepare_environment() {
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        let dir = std::env::temp_dir().join(format!("linetrace-runtime-{}", std::process::id()));
-        if std::fs::create_dir_all(&dir).is_ok() {
-            // SAFETY: called before the viewer starts any thread; nothing
-            // else reads the environment concurrently.
-            unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
-        }
+    if std::env::var_os("XDG_RUNTIME_DIR").is_some() {
+        return;
     }
+    if let Some(dir) = private_runtime_dir() {
+        // SAFETY: called before the viewer starts any thread; nothing
+        // else reads the environment concurrently.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+}
+
+/// `$TMPDIR/linetrace-runtime-UID`, created if missing, when it is a
+/// directory this user owns and only this user can enter.
+fn private_runtime_dir() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    // The owner of /proc/self is this process's effective user.
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    let dir = std::env::temp_dir().join(format!("linetrace-runtime-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    let private = meta.is_dir() && meta.uid() == uid && meta.permissions().mode() & 0o077 == 0;
+    private.then_some(dir)
 }
 
 /// An X server of our own (Xvfb) for offscreen drawing, stopped on drop.
@@ -77,13 +99,23 @@ impl Xvfb {
     /// race with another linetrace doing the same (parallel tests, CI), and
     /// two of them would share one server until the first stopped it.
     fn start(size: (u32, u32)) -> Result<Xvfb> {
-        let mut child = Command::new("Xvfb")
+        let mut command = Command::new("Xvfb");
+        command
             .args(["-displayfd", "1"])
             .args(["-screen", "0", &format!("{}x{}x24", size.0.max(1024), size.1.max(768)), "-nolisten", "tcp"])
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .context("no display, and Xvfb cannot be started (apt-get install xvfb)")?;
+            .stderr(std::process::Stdio::null());
+        // SAFETY: the closure runs in the child between fork and exec and
+        // only makes one async-signal-safe system call.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                // A linetrace that is killed outright (no Drop) takes its
+                // server with it instead of leaving it running.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().context("no display, and Xvfb cannot be started (apt-get install xvfb)")?;
         let stdout = child.stdout.take().context("Xvfb's output")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -107,7 +139,20 @@ impl Xvfb {
 }
 
 impl Drop for Xvfb {
+    /// SIGTERM first: Xvfb then removes its socket and lock file, which a
+    /// SIGKILL leaves behind in /tmp. SIGKILL only if it has not gone
+    /// within a second.
     fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: a plain system call on our own child, not yet reaped.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+            for _ in 0..100 {
+                if matches!(self.child.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

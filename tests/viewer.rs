@@ -672,3 +672,32 @@ fn small_screenshot(trace: &Path, png: &Path) -> std::process::Command {
     cmd.arg("view").arg(trace).args(["--size", "600x400", "--screenshot"]).arg(png);
     cmd
 }
+
+/// Without `XDG_RUNTIME_DIR`, the viewer makes one of its own: one
+/// directory per user, private, reused by every run (a directory per run
+/// used to pile up in /tmp, hundreds after a test run).
+#[test]
+fn runs_without_a_runtime_dir_share_one_private_dir() {
+    use std::os::unix::fs::PermissionsExt;
+    use trace_rt::format::{Metadata, TraceWriter, Trailer};
+    let trace = trace_path("runtime-dir");
+    let w = TraceWriter::new(std::fs::File::create(&trace).expect("create"), &Metadata::new("test")).expect("header");
+    w.finish(&Trailer::default()).expect("finish");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("runtime-dir-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    for run in 0..2 {
+        let png_path = trace.with_extension(format!("{run}.png"));
+        let mut cmd = small_screenshot(&trace, &png_path);
+        cmd.env("TMPDIR", &tmp).env_remove("XDG_RUNTIME_DIR").env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+        let run = run_bounded(cmd, std::time::Duration::from_secs(120));
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+    }
+    let left: Vec<_> = std::fs::read_dir(&tmp).expect("read tmp").map(|e| e.expect("entry").path()).collect();
+    assert_eq!(left.len(), 1, "two runs left {left:?}");
+    let name = left[0].file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    assert!(name.starts_with("linetrace-runtime-"), "{name}");
+    let mode = std::fs::metadata(&left[0]).expect("runtime dir").permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{name} has mode {mode:o}");
+    let _ = std::fs::remove_dir_all(&tmp);
+}
