@@ -93,3 +93,29 @@ fn fail_if_gates_on_thresholds() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("unknown metric") && !err.contains("panicked"), "{err}");
 }
+
+/// A cut trace (a recording that was killed, a file copied in part) counts
+/// only part of its run: the comparison says so, in the table and in the
+/// JSON, instead of printing ratios as if both runs were whole.
+#[test]
+fn a_cut_trace_is_named_in_the_warnings() {
+    let whole = root().join("tests/data/matmul_naive_O2.lntrace");
+    let bytes = std::fs::read(&whole).expect("trace");
+    let cut = trace_path("diff-cut");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("cut copy");
+    let a = root().join("tests/data/matmul_naive_O0.lntrace");
+    let diff = |args: &[&str], a: &Path, b: &Path| {
+        let mut cmd = linetrace();
+        cmd.arg("diff").args(args).args(["--modules", "tests/data"]).arg(a).arg(b).current_dir(root());
+        cmd.output().expect("diff runs")
+    };
+    let text = diff(&[], &a, &cut);
+    assert!(text.status.success(), "diff: {}", String::from_utf8_lossy(&text.stderr));
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("warning: B is truncated"), "{stdout}");
+    assert!(!stdout.contains("warning: A is"), "{stdout}");
+    let json = diff(&["--json"], &cut, &a);
+    let d: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let warnings = d["warnings"].as_array().expect("warnings");
+    assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.starts_with("A is truncated"))), "{warnings:?}");
+}

@@ -701,3 +701,32 @@ fn runs_without_a_runtime_dir_share_one_private_dir() {
     assert_eq!(mode & 0o777, 0o700, "{name} has mode {mode:o}");
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// A copy of `trace` without its last 4 bytes, inside its end chunk (a
+/// file copied in part): every event is there, the status says "cut".
+fn cut_short(trace: &Path, name: &str) -> PathBuf {
+    let bytes = std::fs::read(trace).expect("trace");
+    let cut = trace_path(name);
+    std::fs::write(&cut, &bytes[..bytes.len() - 4]).expect("cut copy");
+    cut
+}
+
+/// The compare and allocation views say when a trace is cut, as the main
+/// view does: its picture holds only part of the run.
+#[test]
+fn a_cut_trace_says_so_in_every_view() {
+    let whole = fixture("array_sweep_work.lntrace");
+    let cut = cut_short(&whole, "cut-compare");
+    let shot = shoot(&whole, &[cut.to_str().expect("path")]);
+    let status = shot.state["status"].as_str().unwrap_or_default().to_string();
+    let lines: Vec<&str> = status.lines().collect();
+    assert_eq!(lines.len(), 2, "{status}");
+    assert!(!lines[0].contains("truncated"), "A is whole: {status}");
+    assert!(lines[1].starts_with("B:") && lines[1].contains("truncated"), "{status}");
+
+    let (heap, _) = heap_mix_allocations("cut-heap-whole");
+    let cut = cut_short(&heap, "cut-heap");
+    let shot = shoot(&cut, &["--allocations"]);
+    let status = shot.state["status"].as_str().unwrap_or_default().to_string();
+    assert!(status.contains("truncated") && !status.contains(" 0 allocation events"), "{status}");
+}

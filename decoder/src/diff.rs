@@ -113,6 +113,13 @@ pub fn diff(a: &Model, sa: &Symbolizer, b: &Model, sb: &Symbolizer, grouping: Gr
             ib.argv.get(1..).unwrap_or_default().join(" ")
         ));
     }
+    // A cut or damaged trace counts only part of its run: every ratio
+    // against it is off by the part that is missing.
+    for (name, model) in [("A", a), ("B", b)] {
+        if let Some(status) = model.status_note() {
+            warnings.push(format!("{name} is {status}: its counts cover only what was recorded"));
+        }
+    }
     if a.cache.config != b.cache.config || a.working_set.config != b.working_set.config {
         warnings.push("the traces were decoded with different cache or working-set settings".into());
     }

@@ -433,8 +433,9 @@ fn status_line(pane: &Pane) -> String {
         return format!("{}: {file}: decoding… {:.0}%", pane.letter(), 100.0 * pane.session.progress().unwrap_or(0.0));
     };
     let m = &l.model;
+    let note = m.status_note().map_or(String::new(), |n| format!("  ·  {n}"));
     format!(
-        "{}: {file}  ·  {}  ·  function {}  ·  {} reads  ·  view {}..{}",
+        "{}: {file}  ·  {}  ·  function {}  ·  {} reads  ·  view {}..{}{note}",
         pane.letter(),
         m.metadata.argv.join(" "),
         m.metadata.function.as_deref().unwrap_or("?"),

@@ -383,7 +383,9 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
         _ => String::new(),
     };
     let notice = m.notice.as_ref().map_or(String::new(), |n| format!("  ·  {n}"));
-    format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}{notice}", l.model.metadata.argv.join(" "))
+    // A cut trace shows fewer blocks than the run had: say so.
+    let note = l.model.status_note().map_or(String::new(), |n| format!("  ·  {n}"));
+    format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}{note}{notice}", l.model.metadata.argv.join(" "))
 }
 
 /// The context strip: the whole run and address axis, the view's part
