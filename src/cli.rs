@@ -58,12 +58,14 @@ pub enum Command {
     /// instrumented copies of its code, translated block by block into a
     /// code cache inside the program: tens of millions of accesses per
     /// second. `ptrace` single-steps every instruction: tens of thousands
-    /// per second, the reference (both give the same events). The trace is
-    /// written to OUTPUT.partial
-    /// and renamed to OUTPUT when the recording ends; Ctrl-C kills the program
-    /// and keeps a readable trace marked truncated (exit code 130). If
-    /// linetrace itself is killed, OUTPUT.partial stays, readable up to the
-    /// last second.
+    /// per second, the reference (both give the same events).
+    ///
+    /// The trace is written to OUTPUT.partial and renamed to OUTPUT when
+    /// the recording ends. Ctrl-C (or SIGTERM, SIGHUP) kills the program
+    /// and keeps a readable trace marked truncated (exit code 128 + the
+    /// signal: 130 for Ctrl-C). If linetrace itself is killed outright,
+    /// OUTPUT.partial stays, readable up to the last second. A full disk
+    /// stops the recording with an error and keeps OUTPUT.partial too.
     #[command(verbatim_doc_comment)]
     Record(RecordArgs),
     /// Print totals and locality metrics of a trace, and a table by
@@ -296,8 +298,8 @@ pub struct RecordArgs {
     /// aligned_alloc/memalign/valloc/pvalloc, C++ operator new/delete and
     /// mmap/munmap/mremap call of every thread, with arguments, result and
     /// calling instruction. The program runs natively with an agent
-    /// preloaded (dynamically linked programs only); `report --allocations`
-    /// reads the trace.
+    /// preloaded (dynamically linked programs only); `report`, `render` and
+    /// `view` show such a trace's heap (as with their --allocations).
     #[arg(long, conflicts_with_all = ["function", "max_invocations", "view"])]
     pub allocations: bool,
     /// With --allocations: the callers to record above each call's calling
@@ -403,7 +405,8 @@ pub struct ReportArgs {
     /// The heap analysis instead: blocks, peak, leaks, waste, size classes,
     /// fragmentation over time, allocation order per region, and the
     /// functions that allocated (traces of `record --allocations`, or the
-    /// allocations inside a traced function).
+    /// allocations inside a traced function). Implied for a trace of
+    /// `record --allocations` unless --by is given.
     #[arg(long, conflicts_with = "by")]
     pub allocations: bool,
     /// Print JSON instead of text.
@@ -447,7 +450,8 @@ pub struct RenderArgs {
     /// Draw the heap instead: every block a rectangle, allocation events
     /// on x, addresses on y (regions stacked, unmapped space collapsed to a
     /// dashed marker), with a bar of live bytes beneath (blue low, red at
-    /// the peak). --alpha below 1 keeps tiny blocks visible.
+    /// the peak). --alpha below 1 keeps tiny blocks visible. Implied for a
+    /// trace of `record --allocations`.
     #[arg(long, conflicts_with_all = ["columns", "colour_by"])]
     pub allocations: bool,
     /// With --allocations: what a block's colour shows.
@@ -610,7 +614,8 @@ pub struct ViewArgs {
     /// x, addresses on y (regions stacked), the heap analysis beside; hover
     /// names a block's size, function and lifetime (traces of
     /// `record --allocations`, or allocations inside a traced function).
-    /// With --screenshot, --hover EVENT,ROW hovers pixel row ROW.
+    /// With --screenshot, --hover EVENT,ROW hovers pixel row ROW. Implied
+    /// for a trace of `record --allocations`.
     #[arg(long, conflicts_with = "compare")]
     pub allocations: bool,
     /// Draw offscreen, save this PNG and exit.

@@ -9,6 +9,19 @@ use decoder::model::Model;
 use decoder::symbols::Symbolizer;
 use serde::Serialize;
 
+/// True for a trace of `record --allocations` shown without
+/// `--allocations`: it has no reads, so `command` shows its heap as if
+/// asked, and says so on stderr (a script sees why the output changed).
+pub fn heap_implied(metadata: &trace_rt::format::Metadata, command: &str) -> bool {
+    let implied = metadata.records_allocations_only();
+    if implied {
+        eprintln!(
+            "linetrace: note: a trace of `record --allocations` has no reads: {command} shows its heap, as with --allocations"
+        );
+    }
+    implied
+}
+
 /// The `report --allocations --json` document.
 #[derive(Serialize)]
 struct HeapJson<'a> {

@@ -42,7 +42,7 @@ pub fn render(args: RenderArgs) -> Result<()> {
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;
     let model = decode(&args.file, &args.decode)?;
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
-    if args.allocations {
+    if args.allocations || crate::heap::heap_implied(&model.metadata, "render") {
         return render_allocations(&args, &model, &symbols, out, format);
     }
     if model.columns == 0 {

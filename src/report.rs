@@ -89,7 +89,9 @@ fn write_timeline(
 pub fn report(args: ReportArgs) -> Result<()> {
     let model = decode(&args.file, &args.decode)?;
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
-    if args.allocations {
+    // `--by` asks for a table of the trace as it is (`--by allocation`
+    // is one of an allocation trace's).
+    if args.allocations || (args.by.is_none() && crate::heap::heap_implied(&model.metadata, "report")) {
         return crate::heap::report(&args.file, &model, &symbols, args.json, args.limit);
     }
     let (mut by_function, mut by_line, mut by_allocation) = (None, None, None);

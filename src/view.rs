@@ -34,9 +34,20 @@ pub fn view(args: ViewArgs) -> Result<()> {
         open_source: args.open_source,
     });
     options.bench = args.bench_json;
+    options.allocations = args.allocations || (args.compare.is_none() && records_allocations_only(&args.file));
     options.compare = args.compare;
-    options.allocations = args.allocations;
+
     run_viewer(options)
+}
+
+/// True for a trace of `record --allocations` (said on stderr): the
+/// viewer opens its allocation view, the only one with something to
+/// show. Read from the header; a file that has none is left to the
+/// viewer, which says what is wrong with it.
+fn records_allocations_only(trace: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(trace) else { return false };
+    trace_rt::format::TraceReader::new(std::io::BufReader::new(file))
+        .is_ok_and(|reader| crate::heap::heap_implied(reader.metadata(), "view"))
 }
 
 /// Runs the viewer, on a display of its own when there is none and it

@@ -631,3 +631,32 @@ fn heaptrack(program: &Path, args: &[&str], name: &str) -> (u64, f64, f64) {
     };
     (calls, megabytes(after("total memory leaked:")), megabytes(after("peak heap memory consumption:")))
 }
+
+/// A trace of `record --allocations` has no reads: `report`, `render` and
+/// `view` show its heap without being asked (`--allocations`), say so on
+/// stderr, and give what `--allocations` gives. `--by` still asks for the
+/// trace's own table.
+#[test]
+fn an_allocation_trace_shows_its_heap_unasked() {
+    let program = c_example("heap_mix", &[]);
+    let trace = trace_path("heap-unasked");
+    let out = record_allocations(&program, &["2000"], &trace);
+    assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
+    let run = |args: &[&str]| {
+        let out = linetrace().args(args).arg(&trace).output().expect("linetrace runs");
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let note = "a trace of `record --allocations` has no reads";
+    let (unasked, asked) = (run(&["report"]), run(&["report", "--allocations"]));
+    assert_eq!(String::from_utf8_lossy(&unasked.stdout), String::from_utf8_lossy(&asked.stdout));
+    assert!(String::from_utf8_lossy(&unasked.stderr).contains(note), "{}", String::from_utf8_lossy(&unasked.stderr));
+    assert!(!String::from_utf8_lossy(&asked.stderr).contains(note));
+    let by_site = run(&["report", "--by", "allocation"]);
+    assert!(String::from_utf8_lossy(&by_site.stdout).contains("allocation site"));
+    let (png_unasked, png_asked) = (trace.with_extension("unasked.png"), trace.with_extension("asked.png"));
+    let unasked = run(&["render", "-o", png_unasked.to_str().expect("path")]);
+    assert!(String::from_utf8_lossy(&unasked.stderr).contains(note));
+    run(&["render", "--allocations", "-o", png_asked.to_str().expect("path")]);
+    assert!(std::fs::read(&png_unasked).expect("png") == std::fs::read(&png_asked).expect("png"), "the same picture");
+}

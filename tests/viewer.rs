@@ -730,3 +730,21 @@ fn a_cut_trace_says_so_in_every_view() {
     let status = shot.state["status"].as_str().unwrap_or_default().to_string();
     assert!(status.contains("truncated") && !status.contains(" 0 allocation events"), "{status}");
 }
+
+/// `view` of a trace of `record --allocations` opens the allocation view
+/// unasked: the main view would only say "no memory reads".
+#[test]
+fn an_allocation_trace_opens_the_allocation_view() {
+    let (trace, model) = heap_mix_allocations("heap-view-unasked");
+    let png_path = trace.with_extension("png");
+    let state_path = png_path.with_extension("json");
+    let mut cmd = small_screenshot(&trace, &png_path);
+    cmd.arg("--state").arg(&state_path).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let run = run_bounded(cmd, std::time::Duration::from_secs(120));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(run.stderr.contains("a trace of `record --allocations` has no reads"), "{}", run.stderr);
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("JSON");
+    let status = state["status"].as_str().unwrap_or_default();
+    let events = format!("{} allocation events", model.total.allocations);
+    assert!(status.contains(&events), "{status}");
+}

@@ -249,7 +249,7 @@ fn convert_while_running(
     hooks: &[crate::alloc_hooks::Hook],
 ) -> Result<(std::process::ExitStatus, Duration, Writer, usize, u64), InstrumentError> {
     let started = Instant::now();
-    let mut metadata = Metadata::new("preload-allocations");
+    let mut metadata = Metadata::new(trace_rt::format::ALLOCATIONS_BACKEND);
     metadata.argv = std::iter::once(options.program.to_string_lossy().into_owned())
         .chain(options.args.iter().map(|a| a.to_string_lossy().into_owned()))
         .collect();

@@ -196,7 +196,17 @@ pub struct Metadata {
     pub start_unix_ms: u64,
 }
 
+/// [`Metadata::backend`] of `record --allocations` traces: allocator calls
+/// of the whole program, and no memory access by design.
+pub const ALLOCATIONS_BACKEND: &str = "preload-allocations";
+
 impl Metadata {
+    /// True for a trace of allocator calls only ([`ALLOCATIONS_BACKEND`]):
+    /// its pictures and tables are the heap's, since it has no reads.
+    pub fn records_allocations_only(&self) -> bool {
+        self.backend == ALLOCATIONS_BACKEND
+    }
+
     /// Metadata with defaults for everything but the backend name.
     pub fn new(backend: &str) -> Self {
         Metadata {
