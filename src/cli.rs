@@ -223,10 +223,14 @@ pub struct DiffArgs {
     pub limit: usize,
     /// Exit 1 when B changed by more than this: METRIC>+N% (grew) or
     /// METRIC<-N% (shrank), e.g. 'reads>+5%', 'd1_misses>+1%',
-    /// 'utilisation<-10%'. Metrics: instructions, reads, writes,
-    /// bytes_read, lines, line_fetches, bytes_per_fetch,
-    /// distinct_bytes_per_fetch, utilisation, d1_misses, ll_misses.
-    /// Repeatable.
+    /// 'utilisation<-10%', 'peak_live_bytes>+2%'. Metrics: instructions,
+    /// reads, writes, bytes_read, lines, line_fetches, bytes_per_fetch,
+    /// distinct_bytes_per_fetch, utilisation, d1_misses, ll_misses; and,
+    /// when a trace recorded allocations (`record --allocations`, or those
+    /// inside a traced function), allocator_calls, heap_blocks, heap_bytes,
+    /// peak_live_bytes, peak_live_blocks, live_bytes_at_end, waste_bytes,
+    /// reallocs_moved, mapped_bytes (as `report --allocations` counts
+    /// them). Repeatable.
     #[arg(long = "fail-if", value_name = "CONDITION", value_parser = parse_threshold)]
     pub fail_if: Vec<decoder::diff::Threshold>,
     /// Decoding settings (both traces).

@@ -22,6 +22,13 @@ pub fn diff(args: DiffArgs) -> Result<ExitCode> {
         DiffGrouping::Line => Grouping::Line,
     };
     let result = decoder::diff::diff(&a, &sa, &b, &sb, grouping);
+    // A gate on a metric this comparison lacks would pass whatever changed.
+    if let Some(t) = args.fail_if.iter().find(|t| !result.metrics.iter().any(|m| m.name == t.metric)) {
+        anyhow::bail!(
+            "--fail-if {}: this comparison has no {0} (heap metrics need allocations in a trace, access metrics reads)",
+            t.metric
+        );
+    }
     let crossed: Vec<String> = args.fail_if.iter().filter_map(|t| t.crossed(&result)).collect();
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -78,11 +85,17 @@ fn print_text(out: &mut dyn Write, d: &TraceDiff, limit: usize, by_line: bool) -
         writeln!(out, "{:<26} {:>14} {:>14} {:>10}", m.name, number(m.a), number(m.b), ratio(m.ratio()))?;
     }
     writeln!(out)?;
-    writeln!(out, "{:<26} {:>14} {:>14}", "reuse distance (lines)", "A", "B")?;
-    for (label, a, b) in &d.reuse {
-        writeln!(out, "{label:<26} {a:>14} {b:>14}")?;
+    // Empty for traces of allocator calls only.
+    if !d.reuse.is_empty() {
+        writeln!(out, "{:<26} {:>14} {:>14}", "reuse distance (lines)", "A", "B")?;
+        for (label, a, b) in &d.reuse {
+            writeln!(out, "{label:<26} {a:>14} {b:>14}")?;
+        }
+        writeln!(out)?;
     }
-    writeln!(out)?;
+    if d.rows.is_empty() {
+        return Ok(());
+    }
     let what = if by_line { "line" } else { "function" };
     writeln!(
         out,

@@ -119,3 +119,51 @@ fn a_cut_trace_is_named_in_the_warnings() {
     let warnings = d["warnings"].as_array().expect("warnings");
     assert!(warnings.iter().any(|w| w.as_str().is_some_and(|w| w.starts_with("A is truncated"))), "{warnings:?}");
 }
+
+/// Two traces of `record --allocations` (two runs of an allocator's
+/// workload) compare by their heaps: each heap metric equals what
+/// `report --allocations` counts for that trace, there are no access
+/// metrics (0 against 0), and `--fail-if` gates on heap metrics but
+/// refuses one the comparison lacks.
+#[test]
+fn allocation_traces_compare_by_their_heaps() {
+    let program = c_example("heap_mix", &[]);
+    let (ta, tb) = (trace_path("diff-heap-a"), trace_path("diff-heap-b"));
+    for (rounds, trace) in [("2000", &ta), ("3000", &tb)] {
+        let out = record_with(&["--allocations"], &program, &[rounds], trace);
+        assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let heap = |trace: &Path| -> serde_json::Value {
+        let out = linetrace().args(["report", "--allocations", "--json"]).arg(trace).output().expect("report");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")["heap"].clone()
+    };
+    let (ha, hb) = (heap(&ta), heap(&tb));
+    let out = linetrace().args(["diff", "--json"]).arg(&ta).arg(&tb).output().expect("diff");
+    assert!(out.status.success(), "diff: {}", String::from_utf8_lossy(&out.stderr));
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let metric = |name: &str| d["metrics"].as_array().and_then(|m| m.iter().find(|m| m["name"] == name)).cloned();
+    for (name, path) in [
+        ("allocator_calls", &["events"][..]),
+        ("heap_blocks", &["blocks"]),
+        ("heap_bytes", &["bytes"]),
+        ("peak_live_bytes", &["peak", "bytes"]),
+        ("live_bytes_at_end", &["at_end", "bytes"]),
+        ("waste_bytes", &["waste"]),
+    ] {
+        let m = metric(name).unwrap_or_else(|| panic!("no {name} in {d}"));
+        let get = |h: &serde_json::Value| path.iter().fold(h.clone(), |v, k| v[k].clone()).as_f64();
+        assert_eq!(m["a"].as_f64(), get(&ha), "{name}");
+        assert_eq!(m["b"].as_f64(), get(&hb), "{name}");
+    }
+    assert!(metric("heap_blocks").and_then(|m| m["b"].as_f64()) > metric("heap_blocks").and_then(|m| m["a"].as_f64()));
+    assert!(metric("reads").is_none(), "no access metrics: {d}");
+    let gate = |condition: &str| {
+        let out = linetrace().args(["diff", "--fail-if", condition]).arg(&ta).arg(&tb).output().expect("diff");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(gate("heap_blocks>+5%").0, Some(1), "3000 rounds allocate more blocks than 2000");
+    assert_eq!(gate("heap_blocks>+1000%").0, Some(0));
+    let (code, stderr) = gate("reads>+5%");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("this comparison has no reads"), "{stderr}");
+}

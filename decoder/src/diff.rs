@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::heap::{HeapReport, analyse_records};
 use crate::model::Model;
 use crate::range::RangeStats;
 use crate::symbols::Symbolizer;
@@ -123,12 +124,19 @@ pub fn diff(a: &Model, sa: &Symbolizer, b: &Model, sb: &Symbolizer, grouping: Gr
     if a.cache.config != b.cache.config || a.working_set.config != b.working_set.config {
         warnings.push("the traces were decoded with different cache or working-set settings".into());
     }
+    // Traces of allocator calls only have no access metrics to compare:
+    // every one would be 0 against 0.
+    let accesses = !(a.metadata.records_allocations_only() && b.metadata.records_allocations_only());
+    let mut metrics = if accesses { metrics(a, b) } else { Vec::new() };
+    if a.total.allocations > 0 || b.total.allocations > 0 {
+        metrics.extend(heap_metrics(a, sa, b, sb));
+    }
     TraceDiff {
         a: ia,
         b: ib,
         warnings,
-        metrics: metrics(a, b),
-        reuse: reuse(a, b),
+        metrics,
+        reuse: if accesses { reuse(a, b) } else { Vec::new() },
         rows: match_rows(access_table(a, sa, grouping), a.total.reads, access_table(b, sb, grouping), b.total.reads),
     }
 }
@@ -185,6 +193,38 @@ pub const METRICS: &[(&str, MetricOf)] = &[
 
 fn metrics(a: &Model, b: &Model) -> Vec<MetricPair> {
     METRICS.iter().map(|&(name, get)| MetricPair { name, a: get(a), b: get(b) }).collect()
+}
+
+/// Reads one heap metric off a trace's heap analysis.
+pub type HeapMetricOf = fn(&HeapReport) -> f64;
+
+/// The heap metrics `--fail-if` accepts (in a comparison when either
+/// trace recorded allocations: `record --allocations`, or the allocations
+/// inside a traced function), with how each is read off the analysis that
+/// `report --allocations` prints.
+pub const HEAP_METRICS: &[(&str, HeapMetricOf)] = &[
+    ("allocator_calls", |h| h.events as f64),
+    ("heap_blocks", |h| h.blocks as f64),
+    ("heap_bytes", |h| h.bytes as f64),
+    ("peak_live_bytes", |h| h.peak.bytes as f64),
+    ("peak_live_blocks", |h| h.peak.blocks as f64),
+    ("live_bytes_at_end", |h| h.at_end.bytes as f64),
+    ("waste_bytes", |h| h.waste as f64),
+    ("reallocs_moved", |h| h.reallocs_moved as f64),
+    ("mapped_bytes", |h| h.mapped_bytes as f64),
+];
+
+/// Every name `--fail-if` accepts.
+pub fn metric_names() -> impl Iterator<Item = &'static str> {
+    METRICS.iter().map(|(n, _)| *n).chain(HEAP_METRICS.iter().map(|(n, _)| *n))
+}
+
+fn heap_metrics(a: &Model, sa: &Symbolizer, b: &Model, sb: &Symbolizer) -> Vec<MetricPair> {
+    let (ha, hb) = (
+        analyse_records(&a.allocations, a.total.allocations, sa),
+        analyse_records(&b.allocations, b.total.allocations, sb),
+    );
+    HEAP_METRICS.iter().map(|&(name, get)| MetricPair { name, a: get(&ha), b: get(&hb) }).collect()
 }
 
 fn reuse(a: &Model, b: &Model) -> Vec<(String, u64, u64)> {
@@ -244,7 +284,7 @@ pub fn match_rows(a: Vec<AccessRow>, a_reads: u64, b: Vec<AccessRow>, b_reads: u
 /// `METRIC<-N%` (B shrank by more than N%).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Threshold {
-    /// A name from [`METRICS`].
+    /// A name from [`METRICS`] or [`HEAP_METRICS`].
     pub metric: String,
     /// Growth (`true`, `>`) or shrinkage (`false`, `<`).
     pub grows: bool,
@@ -261,8 +301,8 @@ impl Threshold {
             (None, Some((m, r))) => (m, r, false),
             _ => return Err(format!("--fail-if {text:?}: expected METRIC>+N% or METRIC<-N%, e.g. reads>+5%")),
         };
-        if !METRICS.iter().any(|(n, _)| *n == metric) {
-            let names: Vec<&str> = METRICS.iter().map(|(n, _)| *n).collect();
+        if !metric_names().any(|n| n == metric) {
+            let names: Vec<&str> = metric_names().collect();
             return Err(format!("--fail-if {text:?}: unknown metric {metric:?}; one of {}", names.join(", ")));
         }
         let number = rest
@@ -342,6 +382,8 @@ mod tests {
         assert!(shrink.crossed(&d(100.0, 89.0)).is_some());
         assert!(shrink.crossed(&d(100.0, 95.0)).is_none());
         assert!(Threshold::parse("reeds>+5%").expect_err("unknown").contains("unknown metric"));
+        assert_eq!(Threshold::parse("peak_live_bytes>+2%").expect("a heap metric").metric, "peak_live_bytes");
+        assert!(Threshold::parse("peak>+2%").expect_err("unknown").contains("peak_live_bytes"));
         assert!(Threshold::parse("reads>5").expect_err("no %").contains("percent"));
         assert!(Threshold::parse("reads>-5%").expect_err("sign").contains("growth"));
         assert!(Threshold::parse("reads=5%").expect_err("op").contains("METRIC>+N%"));

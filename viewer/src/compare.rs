@@ -491,7 +491,13 @@ fn pane_view(
     let l = &pair[side.index()];
     let models: [&decoder::model::Model; 2] = [&pair[0].model, &pair[1].model];
     if l.model.columns == 0 {
-        paint::centred_message(&painter, rect, "this trace has no memory reads", 14.0);
+        let text = if l.model.metadata.records_allocations_only() {
+            "this trace has no memory reads: a trace of record --allocations (its heap: view --allocations FILE; \
+             the heap metrics are beside)"
+        } else {
+            "this trace has no memory reads"
+        };
+        paint::centred_message(&painter, rect, text, 14.0);
         return None;
     }
     let ruler = egui::Rect::from_min_size(header.left_bottom(), egui::vec2(header.width(), RULER_H));
