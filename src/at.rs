@@ -12,6 +12,7 @@ use crate::progress::decode;
 /// Prints the inspection of one column (and row).
 pub fn at(args: AtArgs) -> Result<()> {
     let model = decode(&args.file, &args.decode)?;
+    crate::heap::refuse_allocations_only(&args.file, &model.metadata, "at")?;
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
     let inspection = Inspector::new(&model, &symbols).inspect(args.column, args.row)?;
     let bands = decoder::inspect::row_bands(&model, &symbols, args.column)?;

@@ -34,6 +34,7 @@ pub fn export(args: ExportArgs) -> Result<()> {
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;
     let model = decode(&args.file, &args.decode)?;
+    crate::heap::refuse_allocations_only(&args.file, &model.metadata, "export")?;
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
     let names = Names::new(&symbols);
     let file = out.create()?;

@@ -659,4 +659,13 @@ fn an_allocation_trace_shows_its_heap_unasked() {
     assert!(String::from_utf8_lossy(&unasked.stderr).contains(note));
     run(&["render", "--allocations", "-o", png_asked.to_str().expect("path")]);
     assert!(std::fs::read(&png_unasked).expect("png") == std::fs::read(&png_asked).expect("png"), "the same picture");
+    // Commands that show accesses refuse it rather than answer empty.
+    let csv = trace.with_extension("csv");
+    for args in [&["export", "--format", "csv", "-o", csv.to_str().expect("path")][..], &["at", "--column", "0"]] {
+        let out = linetrace().args(args).arg(&trace).output().expect("linetrace runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("is a trace of `record --allocations`: it has no memory accesses"), "{stderr}");
+    }
+    assert!(!csv.exists(), "no export written");
 }
