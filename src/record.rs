@@ -20,6 +20,14 @@ pub fn record(args: RecordArgs) -> Result<ExitCode> {
     let path = args.output.unwrap_or_else(|| output::numbered(Path::new(DEFAULT_OUTPUT)));
     let replace = if args.force { Replace::Anything } else { Replace::TracesOnly };
     let out = PendingOutput::new(&path, &[&program], replace)?;
+    // Before the recording, which may be long: a window that cannot open
+    // after it would only waste it.
+    if let (true, Err(e)) = (args.view, viewer::check_window()) {
+        anyhow::bail!(
+            "record --view: {e} (here: record without --view, then `linetrace view {} --screenshot OUT.png`)",
+            path.display()
+        );
+    }
     if args.allocations {
         return record_allocations(
             program,

@@ -748,3 +748,26 @@ fn an_allocation_trace_opens_the_allocation_view() {
     let events = format!("{} allocation events", model.total.allocations);
     assert!(status.contains(&events), "{status}");
 }
+
+/// `record --view` with no display fails before the recording (which may
+/// be long), not after it: the program does not run, no trace is left,
+/// and the message says how to record and draw offscreen.
+#[test]
+fn record_view_without_a_display_fails_before_recording() {
+    let trace = trace_path("record-view-no-display");
+    let out = linetrace()
+        .args(["record", "--view", "-f", "work", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(fixture("array_sweep"))
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("linetrace runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("record --view: no display") && stderr.contains("--screenshot OUT.png"), "{stderr}");
+    assert!(!stderr.contains("traced"), "the recording ran: {stderr}");
+    assert!(out.stdout.is_empty(), "the program ran: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!trace.exists() && !trace.with_extension("lntrace.partial").exists());
+}

@@ -157,13 +157,20 @@ pub const SCREENSHOT_MIN_FRAMES: u32 = 150;
 /// Frames after which a headless run gives up waiting for its picture.
 pub const SCREENSHOT_MAX_FRAMES: u32 = 20_000;
 
-/// Opens the window (or draws offscreen with a screenshot request) and
-/// runs until it is closed.
-pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
+/// Whether a window can open here (a Vulkan driver, an X server that
+/// answers): what [`run`] checks first, for callers that want to know
+/// before long work (`record --view` before the recording).
+pub fn check_window() -> Result<(), ViewerError> {
     if let Some(missing) = display::vulkan_missing() {
         return Err(ViewerError::NoVulkan(missing));
     }
-    display::check_display().map_err(ViewerError::Display)?;
+    display::check_display().map_err(ViewerError::Display)
+}
+
+/// Opens the window (or draws offscreen with a screenshot request) and
+/// runs until it is closed.
+pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
+    check_window()?;
     let failure = Arc::new(std::sync::Mutex::new(None::<String>));
     let mut app = App::new();
     let title = match &options.compare {
