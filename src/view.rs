@@ -232,21 +232,40 @@ pub fn demo(args: DemoArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The demo's source and its checked-in build (gcc -O2 -g), inside the
+/// binary too: an installed linetrace runs the demo without the source
+/// tree it was built from.
+const DEMO_SOURCE: &str = include_str!("../examples/c/array_sweep.c");
+const DEMO_PREBUILT: &[u8] = include_bytes!("../tests/data/array_sweep");
+
 /// The demo's target: built from source with gcc when there is one, else
-/// the checked-in build of the same source (tests/data, gcc -O2 -g).
+/// the checked-in build of the same source. The source tree's files when
+/// they are there (the source view then shows the file the tree has),
+/// else the copies inside the binary, written to `dir`.
 fn demo_binary(root: &Path, dir: &Path) -> Result<PathBuf> {
-    let source = root.join("examples/c/array_sweep.c");
+    let write = |name: &str, bytes: &[u8], mode: u32| -> Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot make {} executable", path.display()))?;
+        Ok(path)
+    };
+    let source = match root.join("examples/c/array_sweep.c") {
+        tree if tree.is_file() => tree,
+        _ => write("array_sweep.c", DEMO_SOURCE.as_bytes(), 0o644)?,
+    };
     let binary = dir.join("array_sweep");
     eprintln!("linetrace: building {} with gcc -O2 -g", source.display());
     match Command::new("gcc").args(["-O2", "-g"]).arg(&source).arg("-o").arg(&binary).status() {
         Ok(status) if status.success() => Ok(binary),
         Ok(_) => bail!("gcc failed on {}", source.display()),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-            let prebuilt = root.join("tests/data/array_sweep");
+            let prebuilt = match root.join("tests/data/array_sweep") {
+                tree if tree.is_file() => tree,
+                _ => write("array_sweep-prebuilt", DEMO_PREBUILT, 0o755)?,
+            };
             eprintln!("linetrace: no gcc here: using the prebuilt {}", prebuilt.display());
-            if !prebuilt.is_file() {
-                bail!("no gcc and no prebuilt {}: apt-get install gcc", prebuilt.display());
-            }
             Ok(prebuilt)
         }
         Err(error) => Err(error).context("cannot run gcc"),

@@ -771,3 +771,42 @@ fn record_view_without_a_display_fails_before_recording() {
     assert!(out.stdout.is_empty(), "the program ran: {}", String::from_utf8_lossy(&out.stdout));
     assert!(!trace.exists() && !trace.with_extension("lntrace.partial").exists());
 }
+
+/// README's first command: `demo` builds the example (or, with no gcc on
+/// PATH, takes the prebuilt one), records `work`, prints the per-line
+/// table and, with no display, draws the viewer offscreen.
+#[test]
+fn the_demo_draws_its_picture_with_and_without_gcc() {
+    let xvfb = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("Xvfb")).find(|p| p.is_file()))
+        .expect("Xvfb on PATH");
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-{}", std::process::id()));
+    // A PATH with Xvfb and nothing else: no gcc.
+    let no_gcc = scratch.join("bin");
+    std::fs::create_dir_all(&no_gcc).expect("bin dir");
+    let _ = std::os::unix::fs::symlink(&xvfb, no_gcc.join("Xvfb"));
+    for (name, path) in [("gcc", std::env::var_os("PATH").unwrap_or_default()), ("prebuilt", no_gcc.into_os_string())] {
+        let dir = scratch.join(name);
+        let out = linetrace()
+            .args(["demo", "--screenshot", "--dir"])
+            .arg(&dir)
+            .env("PATH", &path)
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .output()
+            .expect("demo runs");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{name}: {stderr}");
+        assert!(stdout.lines().any(|l| l.ends_with("array_sweep.c:7")), "{name}: no row of line 7 in {stdout}");
+        assert_eq!(stderr.contains("no gcc here"), name == "prebuilt", "{name}: {stderr}");
+        let png = dir.join("array_sweep_work.png");
+        let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).expect("the demo's PNG")));
+        let mut reader = decoder.read_info().expect("png header");
+        let mut rgb = vec![0; reader.output_buffer_size().expect("size")];
+        let info = reader.next_frame(&mut rgb).expect("png data");
+        assert_eq!(info.color_type, png::ColorType::Rgb);
+        // The sweep's lines are green (bytes read): a good part of the picture.
+        let green = rgb.chunks_exact(3).filter(|p| p[1] > 150 && p[0] < 100 && p[2] < 150).count();
+        assert!(green > rgb.len() / 3 / 10, "{name}: {green} green pixels");
+    }
+}
