@@ -13,6 +13,10 @@ use trace_rt::format::{AllocKind, Allocation};
 pub const SYS_MMAP: u64 = 9;
 /// `munmap(2)` system call number.
 pub const SYS_MUNMAP: u64 = 11;
+/// `exit(2)` system call number (ends the calling thread).
+pub const SYS_EXIT: u64 = 60;
+/// `exit_group(2)` system call number (ends the process).
+pub const SYS_EXIT_GROUP: u64 = 231;
 
 /// The allocation an allocator call made, from its first three integer
 /// arguments, its result and (for `posix_memalign`) the pointer it stored,

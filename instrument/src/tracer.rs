@@ -18,7 +18,7 @@ use trace_rt::format::{
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
 use crate::entry::{self, FunctionSpec, LoadedModule, Plan, Resolved};
 use crate::error::ptrace_err;
-use crate::event_rules::{self, SYS_MMAP, SYS_MUNMAP};
+use crate::event_rules::{self, SYS_EXIT, SYS_EXIT_GROUP, SYS_MMAP, SYS_MUNMAP};
 use crate::inject::{self, Displaced};
 use crate::maps;
 use crate::sys::{self, Regs, Stop, Tid};
@@ -934,6 +934,7 @@ impl Tracer {
             let mut scratch = std::mem::take(&mut self.scratch);
             scratch.clear();
             let mut syscall = None;
+            let mut exits = false;
             let (flow, branch_target) = match self.instruction(tid, regs.rip)? {
                 Some(insn) => {
                     if insn.rep_string {
@@ -963,6 +964,7 @@ impl Tracer {
                     if insn.syscall && (regs.rax == SYS_MMAP || regs.rax == SYS_MUNMAP) {
                         syscall = Some((regs.rax, regs.rdi, regs.rsi));
                     }
+                    exits = insn.syscall && (regs.rax == SYS_EXIT || regs.rax == SYS_EXIT_GROUP);
                     (insn.flow, insn.branch_target)
                 }
                 None => (FlowControl::Next, None),
@@ -1000,6 +1002,16 @@ impl Tracer {
                 Stop::Signal { signo: libc::SIGTRAP, event: 0 } if is_step_trap(tid) => {}
                 Stop::Exited(_) | Stop::Killed(_) => {
                     self.scratch = scratch;
+                    // An exit system call ran, and ended the thread: the
+                    // step never came back to say so (as cachegrind, and
+                    // the rewrite backend, count it).
+                    if exits && delivered == 0 {
+                        self.instructions += 1;
+                        self.unflushed_steps += 1;
+                    }
+                    // Counted before the thread's end, as the rewrite
+                    // backend orders them.
+                    self.flush_steps_for(thread)?;
                     if let Some(exit) = self.on_process_exit(tid, stop) {
                         return Ok(InvocationEnd::ProcessGone(exit));
                     }
@@ -1013,6 +1025,9 @@ impl Tracer {
                 // signal like any other: recorded and delivered.
                 Stop::Signal { signo, event: 0 } => {
                     let addr = fault_address(tid, signo);
+                    // The instructions before it, counted first, as the
+                    // rewrite backend orders them.
+                    self.flush_steps_for(thread)?;
                     self.writer.push(thread, &Event::Signal { signo, pc: regs.rip, addr })?;
                     signal_to_deliver = event_rules::signal_to_pass_on(tid, signo);
                 }
