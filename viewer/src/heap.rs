@@ -811,7 +811,7 @@ fn allocation_source(
             }
         }
     }
-    SourceText::read(file, line, counts, "blocks, bytes allocated by line")
+    SourceText::read(file, line, counts, "blocks, bytes allocated by line", model.metadata.start_unix_ms)
 }
 
 /// Paints the cushion cursors over the picture's views (each view maps

@@ -687,6 +687,9 @@ pub fn source_text(ui: &mut egui::Ui, src: &crate::work::SourceText) -> bool {
         ui.label(src.gutter);
         close = ui.button("close").clicked();
     });
+    if let Some(changed) = &src.changed {
+        ui.colored_label(egui::Color32::from_rgb(230, 180, 60), changed);
+    }
     match &src.lines {
         Err(e) => {
             ui.label(e);

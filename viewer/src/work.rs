@@ -97,17 +97,48 @@ pub struct SourceText {
     pub gutter: &'static str,
     /// The line to show.
     pub line: u32,
+    /// Why the lines may not be the ones the trace counts: the file
+    /// changed after the recording.
+    pub changed: Option<String>,
 }
 
 impl SourceText {
     /// Reads `file` (as the debug info names it) to show `line`, with
-    /// `counts` in the gutter.
-    pub fn read(file: &str, line: u32, counts: HashMap<u32, (u64, u64)>, gutter: &'static str) -> SourceText {
+    /// `counts` in the gutter. `recorded_unix_ms` is when the recording
+    /// started (0: unknown): a file modified after it was edited since the
+    /// program ran, and its lines may have moved under the counts.
+    pub fn read(
+        file: &str,
+        line: u32,
+        counts: HashMap<u32, (u64, u64)>,
+        gutter: &'static str,
+        recorded_unix_ms: u64,
+    ) -> SourceText {
         let lines = match std::fs::read_to_string(file) {
             Ok(text) => Ok(text.lines().map(str::to_string).collect()),
             Err(e) => Err(format!("cannot read {file}: {e} (looked at the path the debug info records)")),
         };
-        SourceText { path: file.to_string(), lines, counts, gutter, line }
+        let modified_ms = std::fs::metadata(file)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64);
+        let changed = modified_ms.filter(|&m| recorded_unix_ms > 0 && m > recorded_unix_ms).map(|m| {
+            let after = std::time::Duration::from_millis(m - recorded_unix_ms);
+            format!("changed {} after the recording: its lines may not be the ones counted", elapsed_label(after))
+        });
+        SourceText { path: file.to_string(), lines, counts, gutter, line, changed }
+    }
+}
+
+/// "40 s", "12 min", "3 h", "2 days": how long ago, roughly.
+fn elapsed_label(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..120 => format!("{s} s"),
+        120..7200 => format!("{} min", s / 60),
+        7200..172_800 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
     }
 }
 
@@ -350,7 +381,7 @@ fn load_source(model: &Model, symbols: &Symbolizer, file: &str, line: u32) -> So
             }
         }
     }
-    SourceText::read(file, line, counts, "reads, writes by line")
+    SourceText::read(file, line, counts, "reads, writes by line", model.metadata.start_unix_ms)
 }
 
 /// Function names by entry address, found in the background.
@@ -407,5 +438,31 @@ impl Names {
     pub fn matching(&self, text: &str) -> HashSet<u64> {
         let text = text.to_lowercase();
         self.known.iter().filter(|(_, n)| n.to_lowercase().contains(&text)).map(|(&e, _)| e).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source file modified after the recording started says so; one
+    /// older than it, or a recording of unknown time, does not.
+    #[test]
+    fn a_source_file_edited_after_the_recording_is_flagged() {
+        let dir = std::env::temp_dir().join(format!("linetrace-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let file = dir.join("f.c");
+        std::fs::write(&file, "int x;\n").expect("write");
+        let path = file.to_str().expect("utf-8");
+        let modified = std::fs::metadata(&file).and_then(|m| m.modified()).expect("mtime");
+        let ms = modified.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis() as u64;
+        let read = |recorded| SourceText::read(path, 1, HashMap::new(), "g", recorded);
+        let before = read(ms - 3_600_000);
+        assert_eq!(before.lines.as_ref().map(Vec::len), Ok(1));
+        let note = before.changed.expect("edited an hour after the recording");
+        assert!(note.starts_with("changed 60 min after the recording"), "{note}");
+        assert!(read(ms + 1000).changed.is_none(), "recorded after the edit");
+        assert!(read(0).changed.is_none(), "recording time unknown");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
