@@ -143,6 +143,7 @@ fn json_value(f: Field) -> Value {
 
 /// Prints one line per event.
 pub fn dump(args: DumpArgs) -> Result<()> {
+    crate::progress::trace_file_len(&args.file)?;
     let mut reader = TraceReader::open(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut n = 0u64;

@@ -44,9 +44,20 @@ impl LazyProgress {
     }
 }
 
+/// The length of the trace file `file`; an error that says what is wrong
+/// when it is missing or not a file (a directory would otherwise read as
+/// an empty trace).
+pub fn trace_file_len(file: &Path) -> Result<u64> {
+    let meta = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
+    if meta.is_dir() {
+        anyhow::bail!("{} is a directory, not a trace file", file.display());
+    }
+    Ok(meta.len())
+}
+
 /// Decodes a trace, with a progress bar when that takes over a second.
 pub fn decode(file: &Path, args: &crate::cli::DecodeArgs) -> Result<Model> {
-    let total = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?.len();
+    let total = trace_file_len(file)?;
     let mut bar = LazyProgress::new("decoding");
     let model = Model::decode(file, &args.options(), &mut |done| bar.update(done, total))
         .with_context(|| format!("decoding {}", file.display()));

@@ -416,3 +416,37 @@ fn formats_and_help_follow_the_conventions() {
     let access = lines.iter().find(|v| v["event"] == "access").expect("an access");
     assert!(access["addr"].as_str().is_some_and(|a| a.starts_with("0x")) && access["size"].is_u64(), "{access}");
 }
+
+/// A directory where a trace is expected is named as such by every
+/// command that reads traces (it read as "empty or cut off inside its
+/// header", or "no such file").
+#[test]
+fn a_directory_given_as_a_trace_is_named_as_one() {
+    let dir = scratch("directory-as-trace");
+    let trace = fixture_trace();
+    let d = dir.to_str().expect("path");
+    let png = dir.join("x.png");
+    let runs: [&[&str]; 7] = [
+        &["report", d],
+        &["render", d, "-o", png.to_str().expect("path")],
+        &["dump", d],
+        &["at", d, "--column", "1"],
+        &["export", d, "--format", "csv", "-o", "/dev/null"],
+        &["diff", trace.to_str().expect("path"), d],
+        &["view", d, "--screenshot", png.to_str().expect("path")],
+    ];
+    for args in runs {
+        let out = linetrace().args(args).output().expect("linetrace runs");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_of(&out));
+        assert!(
+            stderr_of(&out).contains(&format!("{d} is a directory, not a trace file")),
+            "{args:?}: {}",
+            stderr_of(&out)
+        );
+    }
+}
+
+/// The checked-in trace of array_sweep's `work`.
+fn fixture_trace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace")
+}
