@@ -366,7 +366,13 @@ fn rejects_non_traces_and_future_versions() {
     let (sites, events) = sample();
     let mut bytes = write(&sites, &events, &Trailer::default(), 4096);
     bytes[8] = 99;
-    assert!(matches!(TraceReader::new(&bytes[..]), Err(FormatError::UnsupportedVersion { found: 99, .. })));
+    let newer = TraceReader::new(&bytes[..]).err().expect("version 99 refused");
+    assert!(matches!(newer, FormatError::UnsupportedVersion { found: 99, .. }));
+    let range = format!("(versions {} to {})", trace_rt::format::OLDEST_VERSION, trace_rt::format::VERSION);
+    assert!(newer.to_string().ends_with(&format!("{range}: a newer linetrace wrote it")), "{newer}");
+    bytes[8] = 0;
+    let older = TraceReader::new(&bytes[..]).err().expect("version 0 refused");
+    assert!(older.to_string().ends_with(&range), "{older}");
 }
 
 #[test]

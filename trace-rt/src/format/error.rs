@@ -11,11 +11,16 @@ pub enum FormatError {
     #[error("not a linetrace trace file (bad magic)")]
     NotATrace,
     /// The file is a trace of a version this reader does not know.
-    #[error("trace format version {found} is not supported (this linetrace reads version {supported})")]
+    #[error(
+        "trace format version {found} is not one this linetrace reads (versions {oldest} to {supported}){newer}",
+        newer = if .found > .supported { ": a newer linetrace wrote it" } else { "" }
+    )]
     UnsupportedVersion {
         /// Version in the file.
         found: u16,
-        /// Version this reader supports.
+        /// Oldest version this reader reads.
+        oldest: u16,
+        /// Newest version this reader reads (the one it writes).
         supported: u16,
     },
     /// The file is shorter than its header.

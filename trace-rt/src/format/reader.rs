@@ -218,7 +218,7 @@ impl<R: Read> TraceReader<R> {
         }
         let version = u16::from_le_bytes([header[8], header[9]]);
         if !(OLDEST_VERSION..=VERSION).contains(&version) {
-            return Err(FormatError::UnsupportedVersion { found: version, supported: VERSION });
+            return Err(FormatError::UnsupportedVersion { found: version, oldest: OLDEST_VERSION, supported: VERSION });
         }
         let mut reader = TraceReader {
             input,
