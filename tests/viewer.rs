@@ -810,3 +810,25 @@ fn the_demo_draws_its_picture_with_and_without_gcc() {
         assert!(green > rgb.len() / 3 / 10, "{name}: {green} green pixels");
     }
 }
+
+/// The window says why code shows as ?? (the program was deleted after
+/// the recording), as the command line does, instead of "??" alone.
+#[test]
+fn the_status_line_says_why_code_shows_as_question_marks() {
+    let program = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gone-{}", std::process::id()));
+    std::fs::copy(fixture("array_sweep"), &program).expect("copy");
+    let trace = trace_path("program-gone");
+    let out = record(&program, "work", &[], &trace);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::remove_file(&program).expect("delete the program");
+    let png = trace.with_extension("png");
+    let state_path = png.with_extension("json");
+    let mut cmd = small_screenshot(&trace, &png);
+    cmd.arg("--state").arg(&state_path).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let run = run_bounded(cmd, std::time::Duration::from_secs(120));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("JSON");
+    let status = state["status"].as_str().unwrap_or_default();
+    let why = format!("cannot read {}", program.display());
+    assert!(status.contains(&why) && status.contains("its code shows as ??"), "{status}");
+}

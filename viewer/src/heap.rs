@@ -384,7 +384,8 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     };
     let notice = m.notice.as_ref().map_or(String::new(), |n| format!("  ·  {n}"));
     // A cut trace shows fewer blocks than the run had: say so.
-    let note = l.model.status_note().map_or(String::new(), |n| format!("  ·  {n}"));
+    let note: String =
+        [l.model.status_note(), l.symbol_note()].into_iter().flatten().map(|n| format!("  ·  {n}")).collect();
     format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}{note}{notice}", l.model.metadata.argv.join(" "))
 }
 

@@ -29,6 +29,21 @@ pub struct Loaded {
     pub decode_time: Duration,
 }
 
+impl Loaded {
+    /// What the symbols could not give (an unreadable or changed module:
+    /// its code shows as ??; no debug info: no source lines), for a status
+    /// line: the first warning, and how many more. The command line prints
+    /// them all; the window would otherwise show "??" without a reason.
+    pub fn symbol_note(&self) -> Option<String> {
+        let warnings = self.symbols.warnings();
+        let first = warnings.first()?;
+        Some(match warnings.len() {
+            1 => first.clone(),
+            n => format!("{first} (and {} more symbol warnings)", n - 1),
+        })
+    }
+}
+
 /// A decoding under way.
 pub struct Loading {
     handle: JoinHandle<Result<Model, String>>,

@@ -474,6 +474,9 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     if let Some(note) = m.status_note() {
         parts.push(note);
     }
+    if let Some(note) = l.symbol_note() {
+        parts.push(note);
+    }
     if let Some(thread) = m.timeline_note() {
         parts.push(thread);
     }
