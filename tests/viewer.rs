@@ -604,14 +604,7 @@ fn a_trace_with_nothing_to_draw_says_so_at_once() {
     w.finish(&Trailer::default()).expect("finish");
     for mode in [&[][..], &["--allocations"][..]] {
         let png_path = trace.with_extension(format!("{}.png", mode.len()));
-        let state_path = png_path.with_extension("json");
-        let mut cmd = small_screenshot(&trace, &png_path);
-        cmd.arg("--state").arg(&state_path).args(mode).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
-        let run = run_bounded(cmd, std::time::Duration::from_secs(120));
-        assert!(!run.timed_out, "{mode:?}: the screenshot waited for a picture");
-        assert_eq!(run.code, Some(0), "{mode:?}: {}", run.stderr);
-        let state: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("state JSON");
+        let (_, state) = small_shot_with_state(&trace, &png_path, mode);
         assert_eq!(state["complete"], true, "{mode:?}: {state}");
         // The message: light text across the middle of the view, left of
         // the allocations view's side panel.
@@ -664,6 +657,20 @@ fn a_missing_vulkan_driver_is_an_error_not_a_panic() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(stderr.contains("no Vulkan driver") && stderr.contains("mesa-vulkan-drivers"), "{stderr}");
+}
+
+/// A small screenshot of `trace` (with `extra` arguments) on the viewer's
+/// own Xvfb, within 120 s: the run, and the UI state it wrote. Exit 0 is
+/// asserted; the PNG is `png`.
+fn small_shot_with_state(trace: &Path, png: &Path, extra: &[&str]) -> (Bounded, serde_json::Value) {
+    let state_path = png.with_extension("json");
+    let mut cmd = small_screenshot(trace, png);
+    cmd.arg("--state").arg(&state_path).args(extra).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
+    let run = run_bounded(cmd, std::time::Duration::from_secs(120));
+    assert!(!run.timed_out, "{extra:?}: the screenshot waited for a picture");
+    assert_eq!(run.code, Some(0), "{extra:?}: {}", run.stderr);
+    let state = serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("state JSON");
+    (run, state)
 }
 
 /// `linetrace view TRACE --size 600x400 --screenshot PNG`, to add to.
@@ -736,14 +743,8 @@ fn a_cut_trace_says_so_in_every_view() {
 #[test]
 fn an_allocation_trace_opens_the_allocation_view() {
     let (trace, model) = heap_mix_allocations("heap-view-unasked");
-    let png_path = trace.with_extension("png");
-    let state_path = png_path.with_extension("json");
-    let mut cmd = small_screenshot(&trace, &png_path);
-    cmd.arg("--state").arg(&state_path).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
-    let run = run_bounded(cmd, std::time::Duration::from_secs(120));
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let (run, state) = small_shot_with_state(&trace, &trace.with_extension("png"), &[]);
     assert!(run.stderr.contains("a trace of `record --allocations` has no reads"), "{}", run.stderr);
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("JSON");
     let status = state["status"].as_str().unwrap_or_default();
     let events = format!("{} allocation events", model.total.allocations);
     assert!(status.contains(&events), "{status}");
@@ -821,13 +822,7 @@ fn the_status_line_says_why_code_shows_as_question_marks() {
     let out = record(&program, "work", &[], &trace);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     std::fs::remove_file(&program).expect("delete the program");
-    let png = trace.with_extension("png");
-    let state_path = png.with_extension("json");
-    let mut cmd = small_screenshot(&trace, &png);
-    cmd.arg("--state").arg(&state_path).env_remove("DISPLAY").env_remove("WAYLAND_DISPLAY");
-    let run = run_bounded(cmd, std::time::Duration::from_secs(120));
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(&state_path).expect("state")).expect("JSON");
+    let (_, state) = small_shot_with_state(&trace, &trace.with_extension("png"), &[]);
     let status = state["status"].as_str().unwrap_or_default();
     let why = format!("cannot read {}", program.display());
     assert!(status.contains(&why) && status.contains("its code shows as ??"), "{status}");
