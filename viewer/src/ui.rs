@@ -183,8 +183,11 @@ pub struct UiReport {
     /// Why the view could not be drawn, if it could not.
     pub error: Option<String>,
     /// Everything asked for is on screen: the trace decoded, the picture
-    /// of the current view, the tooltip of a forced hover.
+    /// of the current view, its row labels, the tooltip of a forced hover.
     pub complete: bool,
+    /// The row labels on screen are not yet those of the current view
+    /// (they are asked for once its picture is drawn).
+    pub labels_pending: bool,
     /// Compare mode: whether the statistics panel shows its tables.
     pub stats_shown: bool,
     /// Allocations mode: the context strip's area (the whole address axis).
@@ -311,7 +314,7 @@ pub fn ui_system(
     }
     let tooltip_ready = state.forced_hover.is_none()
         || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
-    report.complete = report.loaded && report.sharp && tooltip_ready;
+    report.complete = report.loaded && report.sharp && tooltip_ready && !report.labels_pending;
     *activity = crate::pacing::Activity::of(session.loading.is_some(), work.busy());
     report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
@@ -999,7 +1002,13 @@ fn main_view(
 
     // Gutter: what the rows hold, at the hovered column or the view's end.
     let reference = hover.map(|h| h.column).unwrap_or(((view.columns.1 - 1.0).max(0.0) as u64).min(model.columns - 1));
-    work::want_bands(work, l, reference);
+    // Not while a picture draws (unless hovering, where the labels answer
+    // the pointer): the picture needs both cores, and the labels of the
+    // view's end are asked for again when it is done.
+    if hover.is_some() || !work.render.busy() {
+        work::want_bands(work, l, reference);
+    }
+    report.labels_pending = work.bands.result_for(&(l.generation, reference)).is_none();
     if let Some((_, bands)) = work.bands.latest() {
         let painter_g = ui.painter_at(gutter);
         for (k, b) in bands.iter().enumerate() {
