@@ -34,7 +34,6 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.bench = args.bench_json;
     options.allocations = args.allocations || (args.compare.is_none() && records_allocations_only(&args.file));
     options.compare = args.compare;
-
     run_viewer(options)
 }
 

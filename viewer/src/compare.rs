@@ -433,7 +433,7 @@ fn status_line(pane: &Pane) -> String {
         return format!("{}: {file}: decoding… {:.0}%", pane.letter(), 100.0 * pane.session.progress().unwrap_or(0.0));
     };
     let m = &l.model;
-    let note: String = [m.status_note(), l.symbol_note()].into_iter().flatten().map(|n| format!("  ·  {n}")).collect();
+    let note: String = l.notes().iter().map(|n| format!("  ·  {n}")).collect();
     format!(
         "{}: {file}  ·  {}  ·  function {}  ·  {} reads  ·  view {}..{}{note}",
         pane.letter(),

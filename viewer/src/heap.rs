@@ -384,8 +384,7 @@ fn status(m: &HeapMode, loaded: Option<&Loaded>) -> String {
     };
     let notice = m.notice.as_ref().map_or(String::new(), |n| format!("  ·  {n}"));
     // A cut trace shows fewer blocks than the run had: say so.
-    let note: String =
-        [l.model.status_note(), l.symbol_note()].into_iter().flatten().map(|n| format!("  ·  {n}")).collect();
+    let note: String = l.notes().iter().map(|n| format!("  ·  {n}")).collect();
     format!("{file}  ·  {}  ·  {axis}{addresses}{fallback}{note}{notice}", l.model.metadata.argv.join(" "))
 }
 

@@ -30,11 +30,17 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// What a status line adds about this trace beside its name and view:
+    /// that it is cut or damaged, and what its symbols could not give.
+    pub fn notes(&self) -> Vec<String> {
+        [self.model.status_note(), self.symbol_note()].into_iter().flatten().collect()
+    }
+
     /// What the symbols could not give (an unreadable or changed module:
     /// its code shows as ??; no debug info: no source lines), for a status
     /// line: the first warning, and how many more. The command line prints
     /// them all; the window would otherwise show "??" without a reason.
-    pub fn symbol_note(&self) -> Option<String> {
+    fn symbol_note(&self) -> Option<String> {
         let warnings = self.symbols.warnings();
         let first = warnings.first()?;
         Some(match warnings.len() {

@@ -474,12 +474,7 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
             scale_label(view.width() / f64::from(pixels.max(1.0)))
         ),
     ];
-    if let Some(note) = m.status_note() {
-        parts.push(note);
-    }
-    if let Some(note) = l.symbol_note() {
-        parts.push(note);
-    }
+    parts.extend(l.notes());
     if let Some(thread) = m.timeline_note() {
         parts.push(thread);
     }
