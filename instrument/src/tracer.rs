@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use decoder::symbols::elf::scan_functions;
 use decoder::symbols::{ElfSymbols, SymbolError, SymbolPaths};
 use iced_x86::{FlowControl, InstructionInfoFactory};
-use trace_rt::format::{
-    AllocKind, BackgroundWriter, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason,
-};
+use trace_rt::format::{AllocKind, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason};
 
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
 use crate::entry::{self, FunctionSpec, LoadedModule, Plan, Resolved};
@@ -94,9 +92,10 @@ struct RepInProgress {
 
 struct Tracer {
     pid: Tid,
-    /// Encodes and compresses on its own thread, beside the program and
-    /// the conversion of its records.
-    writer: BackgroundWriter<BufWriter<File>>,
+    /// Encodes on this thread, as the records are converted (in one pass
+    /// over them, see `rewrite::records`); compresses on a thread of its
+    /// own, beside the program.
+    writer: TraceWriter<BufWriter<File>>,
     entry: u64,
     entry_bp: Option<Breakpoint>,
     rearm_pending: bool,
@@ -196,7 +195,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         // pointers: up to 45%), as the budget of ~600 MB/s assumed.
         writer.set_compression_level(1);
     }
-    let writer = BackgroundWriter::start(writer)?;
+    let writer = writer.compress_on_own_thread()?;
 
     let mut tracer = Tracer {
         pid,
@@ -574,7 +573,7 @@ impl Tracer {
         let path = std::fs::read_link(format!("/proc/{}/exe", self.pid))
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| "?".to_string());
-        let id = self.writer.add_string(&path)?;
+        let id = self.writer.add_string(&path);
         self.writer.push(tid as u32, &Event::Exec { path: id })?;
         self.writer.flush()?;
         self.exec = Some(path);
@@ -843,7 +842,7 @@ impl Tracer {
             }
             true
         });
-        self.writer.add_modules(&modules)?;
+        self.writer.add_modules(&modules);
         Ok(())
     }
 

@@ -2,9 +2,9 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, BackgroundWriter, CustomAllocation, CustomOp, Damage, Event, EventBatch,
-    FormatError, MappedRange, Metadata, Module, PACKED_ADDRESS_BITS, Record, Site, TargetExit, TraceEnd, TraceReader,
-    TraceWriter, Trailer, TruncationReason, unpack_access,
+    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Damage, Event, FormatError, MappedRange, Metadata,
+    Module, PackedKind, PackedRun, Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer,
+    TruncationReason, pack_access, unpack_access,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
@@ -29,7 +29,10 @@ fn event_strategy(sites: u32) -> impl Strategy<Value = Event> {
         8 => (0..sites, prop_oneof![0u64..1 << 47, 0xffff_8000_0000_0000u64.., any::<u64>()])
             .prop_map(|(site, addr)| Event::Access { site, addr }),
         1 => (0..sites, any::<u64>(), any::<u64>()).prop_map(|(site, addr, size)| Event::AccessSized { site, addr, size }),
-        1 => (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(callsite, target, sp)| Event::Call { callsite, target, sp }),
+        // Calls whose target and stack pointer fit 48 bits (as a packed
+        // indirect call) and any.
+        1 => (any::<u64>(), prop_oneof![0u64..1 << 47, any::<u64>()], prop_oneof![0u64..1 << 47, any::<u64>()])
+            .prop_map(|(callsite, target, sp)| Event::Call { callsite, target, sp }),
         1 => (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(callsite, target, sp)| Event::TailCall { callsite, target, sp }),
         1 => any::<u64>().prop_map(|sp| Event::Return { sp }),
         1 => alloc,
@@ -94,15 +97,15 @@ fn write(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usiz
     w.finish(trailer).expect("finish")
 }
 
-/// As [`write`], through a [`BackgroundWriter`]: the sites are defined as
-/// the events come to need them, and the events go one by one and as whole
-/// batches, switching every `run` events.
-fn write_background(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usize, run: usize) -> Vec<u8> {
+/// As [`write`], with the events packed where they can be
+/// ([`TraceWriter::push_packed`]): the sites are defined as the events come
+/// to need them, and the events go one by one and as packed runs, switching
+/// every `run` events.
+fn write_packed(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usize, run: usize) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header");
     w.set_chunk_target(chunk);
-    let mut w = BackgroundWriter::start(w).expect("thread");
-    w.add_modules(&[module()]).expect("modules");
-    w.add_string("/bin/true").expect("string");
+    w.add_modules(&[module()]);
+    w.add_string("/bin/true");
     let mut defined = 0;
     for (i, group) in events.chunk_by(|a, b| a.0 == b.0).flat_map(|g| g.chunks(run)).enumerate() {
         let needed = group
@@ -118,38 +121,84 @@ fn write_background(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, 
             defined += 1;
         }
         let thread = group[0].0;
-        let batch: Vec<Event> = group.iter().map(|(_, e)| *e).collect();
-        match i % 2 {
-            0 => batch.iter().try_for_each(|e| w.push(thread, e)).expect("push"),
-            _ => {
-                // Accesses that fit go packed, with tags naming the sites in
-                // reverse order (a tag taken for its site reads back wrong).
-                let n = sites.len().min(1 << 16);
-                let mut whole = EventBatch::new();
-                whole.set_tags((0..n as u32).rev().collect());
-                for e in &batch {
-                    match *e {
-                        Event::Access { site, addr }
-                            if (site as usize) < n
-                                && unpack_access(addr & ((1 << PACKED_ADDRESS_BITS) - 1)).1 == addr =>
-                        {
-                            let tag = (n - 1 - site as usize) as u64;
-                            whole
-                                .push_packed(&[tag << PACKED_ADDRESS_BITS | (addr & ((1 << PACKED_ADDRESS_BITS) - 1))]);
-                        }
-                        _ => whole.push(e),
-                    }
-                }
-                assert_eq!(whole.events().collect::<Vec<_>>(), batch);
-                assert!(w.push_batch(thread, whole).expect("push_batch").is_empty());
+        if i % 2 == 0 {
+            group.iter().try_for_each(|(_, e)| w.push(thread, e)).expect("push");
+            continue;
+        }
+        // Packable runs go packed, the other events one by one.
+        let mut packer = Packer::default();
+        for (_, e) in group {
+            if !packer.pack(e) {
+                packer.push_to(&mut w, thread);
+                w.push(thread, e).expect("push");
             }
         }
+        packer.push_to(&mut w, thread);
     }
     while defined < sites.len() {
         w.add_site(sites[defined]);
         defined += 1;
     }
     w.finish(trailer).expect("finish")
+}
+
+/// Packs events into records and a table of what their tags stand for, as
+/// the rewrite backend does: accesses, calls (direct, or an indirect call
+/// and its target's record), returns.
+#[derive(Default)]
+struct Packer {
+    kinds: Vec<PackedKind>,
+    records: Vec<u64>,
+    /// The calls and returns among `records`.
+    flow: usize,
+}
+
+impl Packer {
+    /// Packs `e`; false if it does not pack (its values do not survive 48
+    /// bits, or it is not an access, call or return).
+    fn pack(&mut self, e: &Event) -> bool {
+        let fits = |v: u64| unpack_access(pack_access(0, v)).1 == v;
+        let packed = match *e {
+            Event::Access { site, addr } if fits(addr) => vec![(PackedKind::Access(site), addr)],
+            Event::Call { callsite, target, sp } if fits(sp) && callsite % 2 == 0 => {
+                vec![(PackedKind::Call { callsite, target }, sp)]
+            }
+            Event::Call { callsite, target, sp } if fits(sp) && fits(target) => {
+                vec![(PackedKind::IndirectCall { callsite }, sp), (PackedKind::CallTarget, target)]
+            }
+            Event::Return { sp } if fits(sp) => vec![(PackedKind::Return, sp)],
+            _ => return false,
+        };
+        for (kind, value) in packed {
+            // Tags in no particular order: a tag taken for its site reads
+            // back wrong.
+            let tag = match self.kinds.iter().position(|&k| k == kind) {
+                Some(t) => t,
+                None => {
+                    self.kinds.push(kind);
+                    self.kinds.len() - 1
+                }
+            };
+            self.flow += usize::from(!matches!(kind, PackedKind::Access(_)));
+            self.records.push(pack_access(tag as u16 ^ 0x5a5a, value));
+        }
+        true
+    }
+
+    /// Hands the records packed so far to `w`, which must take them all.
+    fn push_to(&mut self, w: &mut TraceWriter<Vec<u8>>, thread: u32) {
+        if self.records.is_empty() {
+            return;
+        }
+        let mut table = vec![PackedKind::Other; 1 << 16];
+        for (t, &k) in self.kinds.iter().enumerate() {
+            table[t ^ 0x5a5a] = k;
+        }
+        let run = w.push_packed(thread, &self.records, &table).expect("push_packed");
+        assert_eq!((run.taken, run.flow), (self.records.len(), self.flow));
+        self.records.clear();
+        self.flow = 0;
+    }
 }
 
 fn read_all(bytes: &[u8]) -> Result<(Vec<Record>, TraceEnd, Vec<Site>), FormatError> {
@@ -203,9 +252,9 @@ fn assert_reads_back(bytes: &[u8], sites: &[Site], events: &[(u32, Event)], trai
 }
 
 proptest! {
-    /// The background writer writes the file the writer does.
+    /// Packed events write the file their events do.
     #[test]
-    fn background_writer_round_trip(
+    fn packed_round_trip(
         sites in prop::collection::vec(site_strategy(), 1..20),
         events in prop::collection::vec((0u32..3, event_strategy(20)), 0..300),
         chunk in 1usize..512,
@@ -213,7 +262,7 @@ proptest! {
     ) {
         let events = with_defined_sites(&sites, events);
         let trailer = Trailer { exit: Some(TargetExit::Code(3)), truncated: None };
-        let bytes = write_background(&sites, &events, &trailer, chunk, run);
+        let bytes = write_packed(&sites, &events, &trailer, chunk, run);
         assert_reads_back(&bytes, &sites, &events, trailer);
     }
 
@@ -683,16 +732,33 @@ fn event_threads_come_from_the_chunk_headers() {
     assert!(trace_rt::format::event_threads(&path).is_err());
 }
 
-/// An error on the writer's thread (an event of a site never defined) comes
-/// back from a later call, at the latest from `finish`, and the file keeps
-/// what was written before it.
+/// A packed access of a site never defined is an error, after the events
+/// before it are taken; a record of another kind ends a run.
 #[test]
-fn background_writer_returns_the_threads_error() {
-    let mut w = BackgroundWriter::start(TraceWriter::new(Vec::new(), &metadata()).expect("header")).expect("thread");
-    w.push(1, &Event::Return { sp: 0x7fff_0000 }).expect("push");
-    w.push(1, &Event::Access { site: 7, addr: 0x1000 }).expect("queued, not checked yet");
-    let err = w.finish(&Trailer::default()).expect_err("site 7 was never defined");
-    assert!(err.to_string().contains("site 7 was never defined"), "{err}");
+fn a_packed_run_stops_at_other_records_and_refuses_undefined_sites() {
+    let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header");
+    w.add_site(Site { pc: 0x1000, len: 3, kind: AccessKind::Read, size: 4, count: 1 });
+    let kinds =
+        [PackedKind::Access(0), PackedKind::Other, PackedKind::Access(7), PackedKind::IndirectCall { callsite: 9 }];
+    let records = [pack_access(0, 0x10), pack_access(0, 0x20), pack_access(1, 0), pack_access(0, 0x30)];
+    let run = w.push_packed(1, &records, &kinds).expect("two accesses");
+    assert_eq!(run, PackedRun { taken: 2, flow: 0, last_callsite: None });
+    let beyond = [pack_access(0, 0x10), pack_access(9, 0x20)];
+    assert_eq!(w.push_packed(1, &beyond, &kinds).expect("one access").taken, 1, "a tag beyond the table");
+    let lone_call = [pack_access(3, 0x7ff0), pack_access(0, 0x10)];
+    assert_eq!(w.push_packed(1, &lone_call, &kinds).expect("no target").taken, 0, "an indirect call needs its target");
+    let err = w.push_packed(1, &[pack_access(0, 0x40), pack_access(2, 0x50)], &kinds).expect_err("site 7");
+    assert!(err.to_string().contains("site 7, never defined"), "{err}");
+    let bytes = w.finish(&Trailer::default()).expect("finish");
+    let (records, _, _) = read_all(&bytes).expect("reads");
+    let addrs: Vec<u64> = records
+        .iter()
+        .filter_map(|r| match r.event {
+            Event::Access { addr, .. } => Some(addr),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(addrs, [0x10, 0x20, 0x10, 0x40]);
 }
 
 /// Chunks compressed on a thread of their own make the same file as chunks
@@ -738,14 +804,14 @@ impl std::io::Write for FullDisk {
     }
 }
 
-/// A write error on the compressing thread reaches the recorder, through
-/// the writer's thread, by `finish` at the latest.
+/// A write error on the compressing thread reaches the recorder by
+/// `finish` at the latest.
 #[test]
 fn a_write_error_while_compressing_comes_back() {
     let (sites, events) = sample();
     let mut w = TraceWriter::new(FullDisk { room: 1500 }, &metadata()).expect("header");
     w.set_chunk_target(600);
-    let mut w = BackgroundWriter::start(w).expect("threads");
+    let mut w = w.compress_on_own_thread().expect("thread");
     sites.iter().for_each(|s| {
         w.add_site(*s);
     });
@@ -790,38 +856,65 @@ fn a_writer_dropped_unfinished_leaves_every_chunk_written() {
 }
 
 proptest! {
-    /// Packed accesses encode to the bytes their unpacked accesses do, one
-    /// at a time; a tag of no defined site stops the run there.
+    /// Packed events encode to the bytes their events do, one at a time; a
+    /// record of another kind, or an access of a site not defined, stops the
+    /// run there.
     #[test]
-    fn packed_accesses_encode_as_single_accesses(
-        accesses in prop::collection::vec((prop_oneof![2000 => 0u16..4, 1 => 4u16..6], any::<u64>()), 0..3000),
+    fn packed_events_encode_as_single_events(
+        records in prop::collection::vec((prop_oneof![2000 => 0u16..4, 200 => 6u16..10, 1 => 4u16..6, 1 => 10u16..12], any::<u64>()), 0..3000),
         limit in 1usize..20_000,
     ) {
-        // Tags 0..4 name sites 3, 0, 2, 1; tag 4 names an undefined site,
-        // tag 5 is beyond the table.
-        let tags = [3, 0, 2, 1, 9];
-        let packed: Vec<u64> = accesses
-            .iter()
-            .map(|&(tag, addr)| u64::from(tag) << PACKED_ADDRESS_BITS | (addr & ((1 << PACKED_ADDRESS_BITS) - 1)))
-            .collect();
+        // Tags 0..4 are accesses of sites 3, 0, 2, 1; tag 4 of an undefined
+        // site; tag 5 is beyond the table...
+        let kinds = [
+            PackedKind::Access(3), PackedKind::Access(0), PackedKind::Access(2), PackedKind::Access(1),
+            PackedKind::Access(9), PackedKind::Other,
+            // ...6..10: calls, returns and indirect calls with their targets...
+            PackedKind::Return, PackedKind::Call { callsite: 0x401000, target: 0x402000 },
+            PackedKind::IndirectCall { callsite: 0x401100 }, PackedKind::CallTarget,
+            // ...10 and 11: others (11 is beyond the table).
+            PackedKind::Other,
+        ];
+        let packed: Vec<u64> = records.iter().map(|&(tag, value)| pack_access(tag, value)).collect();
         let mut fast = trace_rt::format::ChunkEncoder::new();
-        let result = fast.push_packed(&packed, &tags, 4, limit);
-        // The reference: one access at a time, the limit checked every
-        // 1024 accesses, before the access.
+        let result = fast.push_packed(&packed, &kinds, 4, limit);
+        // The reference: one event at a time, the limit checked before the
+        // first record and then before the first after 1024 more (an
+        // indirect call and its target are never split).
         let mut one_by_one = trace_rt::format::ChunkEncoder::new();
-        let mut expected = Ok(packed.len());
-        for (n, &p) in packed.iter().enumerate() {
-            if n % 1024 == 0 && one_by_one.len() >= limit {
-                expected = Ok(n);
-                break;
+        let mut run = PackedRun::default();
+        let mut check_at = 0;
+        let expected = loop {
+            let n = run.taken;
+            let Some(&p) = packed.get(n) else { break Ok(run) };
+            if n >= check_at {
+                if one_by_one.len() >= limit {
+                    break Ok(run);
+                }
+                check_at = n + 1024;
             }
-            let (tag, addr) = unpack_access(p);
-            if tag >= 4 {
-                expected = Err(tag);
-                break;
+            let (tag, value) = unpack_access(p);
+            let event = match kinds.get(usize::from(tag)) {
+                Some(&PackedKind::Access(site)) if site < 4 => Event::Access { site, addr: value },
+                Some(&PackedKind::Access(_)) => break Err(tag),
+                Some(&PackedKind::Call { callsite, target }) => Event::Call { callsite, target, sp: value },
+                Some(&PackedKind::IndirectCall { callsite }) => match packed.get(n + 1).map(|&t| unpack_access(t)) {
+                    Some((9, target)) => Event::Call { callsite, target, sp: value },
+                    _ => break Ok(run),
+                },
+                Some(PackedKind::Return) => Event::Return { sp: value },
+                _ => break Ok(run),
+            };
+            let taken = if kinds[usize::from(tag)] == (PackedKind::IndirectCall { callsite: 0x401100 }) { 2 } else { 1 };
+            if let Event::Call { callsite, .. } = event {
+                run.last_callsite = Some(callsite);
             }
-            one_by_one.push_access(tags[usize::from(tag)], addr);
-        }
+            if !matches!(event, Event::Access { .. }) {
+                run.flow += taken;
+            }
+            run.taken += taken;
+            one_by_one.push(&event);
+        };
         prop_assert_eq!(result, expected);
         prop_assert_eq!(fast.take(), one_by_one.take());
     }

@@ -29,12 +29,15 @@
 //! - The record buffer has two halves, each followed by a guard page. A
 //!   full half faults there; linetrace takes its records, points the store
 //!   at the other half and lets the thread go, then converts the records
-//!   while the thread runs: the program, the conversion and the trace
-//!   writer (encoding, zstd, on a thread of its own: `BackgroundWriter`)
-//!   run at once on two cores. Conversion copies runs of plain access
-//!   records as they are (a record is laid out as the format's packed
-//!   access, `trace_rt::format::unpack_access`); the writer maps their tags
-//!   to sites with the table `RecordTable::sites_by_tag` hands it. A ticker stops the thread once a second to
+//!   while the thread runs: the program, the conversion (which encodes
+//!   the events as it goes) and zstd (on a thread of its own) run at once
+//!   on two cores. Conversion hands runs of plain accesses, calls and
+//!   returns to the trace writer as they are (a record is laid out as the
+//!   format's packed event, `trace_rt::format::unpack_access`), with the
+//!   table `RecordTable::packed_kinds` saying what each tag stands for: the
+//!   writer encodes them in one tight loop, reading each record once, and
+//!   stops at the first record of another kind, which the converter turns
+//!   into its event. A ticker stops the thread once a second to
 //!   take its records the same way (progress, and at most a second lost to
 //!   a `kill -9` of the recorder).
 //! - Signals are delivered with a single step at an instruction boundary,

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use trace_rt::format::{AllocKind, Event, EventBatch, SiteId};
+use trace_rt::format::{AllocKind, Event, PackedKind, PackedRun, SiteId};
 
 use super::codegen::{CodegenError, Tags};
 use super::layout::{self, RecordKind};
@@ -16,15 +16,13 @@ use crate::event_rules;
 pub struct RecordTable {
     kinds: Vec<RecordKind>,
     tags: HashMap<RecordKind, u16>,
-    /// Per tag: the site of an `Access` kind, or `NOT_ACCESS` (the hot path
-    /// of conversion looks here first).
-    access_sites: Vec<SiteId>,
-    /// `access_sites` as handed to event batches (the writer's thread maps
-    /// the tags of packed accesses with it); made again after it grew.
-    shared: Option<Arc<[SiteId]>>,
+    /// Per tag: what the trace writer encodes a record of it as, in its
+    /// tight loop (plain accesses, calls with a known target, returns), or
+    /// `PackedKind::Other` for the records converted here.
+    packed: Vec<PackedKind>,
+    /// `packed` as handed to the writer; made again after it grew.
+    shared: Option<Arc<[PackedKind]>>,
 }
-
-const NOT_ACCESS: SiteId = SiteId::MAX;
 
 impl Tags for RecordTable {
     fn tag(&mut self, kind: RecordKind) -> Result<u16, CodegenError> {
@@ -34,7 +32,15 @@ impl Tags for RecordTable {
         let t = u16::try_from(self.kinds.len()).map_err(|_| CodegenError::TooManyTags)?;
         self.kinds.push(kind);
         self.tags.insert(kind, t);
-        self.access_sites.push(if let RecordKind::Access(site) = kind { site } else { NOT_ACCESS });
+        self.packed.push(match kind {
+            RecordKind::Access(site) => PackedKind::Access(site),
+            RecordKind::Call { callsite, target: Some(target) } => PackedKind::Call { callsite, target },
+            RecordKind::Call { callsite, target: None } => PackedKind::IndirectCall { callsite },
+            // A jump's target too: the writer takes it only after a call.
+            RecordKind::Target => PackedKind::CallTarget,
+            RecordKind::Return => PackedKind::Return,
+            _ => PackedKind::Other,
+        });
         self.shared = None;
         Ok(t)
     }
@@ -46,43 +52,26 @@ impl RecordTable {
         self.kinds.get(usize::from(tag)).copied()
     }
 
-    /// The site of each tag (`SiteId::MAX` for tags of other kinds), for
-    /// [`EventBatch::set_tags`].
-    pub fn sites_by_tag(&mut self) -> Arc<[SiteId]> {
-        self.shared.get_or_insert_with(|| Arc::from(&self.access_sites[..])).clone()
-    }
-
-    /// True when `tag` stands for a plain access.
-    #[inline(always)]
-    fn is_access(&self, tag: u16) -> bool {
-        self.access_sites.get(usize::from(tag)).is_some_and(|&s| s != NOT_ACCESS)
+    /// What each tag's records are as packed events, for
+    /// [`trace_rt::format::TraceWriter::push_packed`].
+    pub fn packed_kinds(&mut self) -> Arc<[PackedKind]> {
+        self.shared.get_or_insert_with(|| Arc::from(&self.packed[..])).clone()
     }
 }
 
-/// Where converted events go: plain accesses as runs of the records
-/// themselves (packed accesses, see [`EventBatch::push_packed`]), every
-/// other event on its own.
+/// Where converted events go: runs of plain accesses, calls and returns as
+/// the records themselves (packed events, see
+/// [`trace_rt::format::TraceWriter::push_packed`]), every other event on
+/// its own.
 pub trait EventSink {
     /// What a full sink (a writer that failed) returns.
     type Error: From<RecordError>;
-    /// Plain access records, in order.
-    fn accesses(&mut self, records: &[u64]) -> Result<(), Self::Error>;
+    /// Takes the records at the start of `records` that are packed events
+    /// ([`RecordTable::packed_kinds`]), in order, up to the first record of
+    /// another kind; says how many it took.
+    fn leading_events(&mut self, records: &[u64]) -> Result<PackedRun, Self::Error>;
     /// Any other event.
     fn event(&mut self, event: &Event) -> Result<(), Self::Error>;
-}
-
-impl EventSink for EventBatch {
-    type Error = RecordError;
-
-    fn accesses(&mut self, records: &[u64]) -> Result<(), RecordError> {
-        self.push_packed(records);
-        Ok(())
-    }
-
-    fn event(&mut self, event: &Event) -> Result<(), RecordError> {
-        self.push(event);
-        Ok(())
-    }
 }
 
 /// A record that did not fit what came before it: the code and the table
@@ -131,106 +120,119 @@ impl Converter {
         function_starts: &HashSet<u64>,
         sink: &mut S,
     ) -> Result<(), S::Error> {
-        // Plain accesses (nearly every record) are not converted at all:
-        // each run of them goes to the sink as it is, and the writer maps
-        // their tags to sites while it encodes.
-        let mut run_start = 0;
-        for (index, &record) in records.iter().enumerate() {
-            let (tag, value) = layout::split(record);
-            if self.awaiting_target.is_none() && table.is_access(tag) {
-                continue;
+        // Plain accesses, calls and returns (nearly every record) are not
+        // converted at all: the sink takes each run of them as it is,
+        // encoding by tag, and stops at the first record of another kind,
+        // which is converted here. Each record is read once.
+        let mut index = 0;
+        while index < records.len() {
+            if self.awaiting_target.is_none() {
+                let run = sink.leading_events(&records[index..])?;
+                self.accesses += (run.taken - run.flow) as u64;
+                self.last_callsite = run.last_callsite.unwrap_or(self.last_callsite);
+                index += run.taken;
+                let Some(&record) = records.get(index) else { break };
+                self.other(index, record, table, function_starts, sink)?;
+            } else {
+                self.other(index, records[index], table, function_starts, sink)?;
             }
-            if run_start < index {
-                self.accesses += (index - run_start) as u64;
-                sink.accesses(&records[run_start..index])?;
+            index += 1;
+        }
+        Ok(())
+    }
+
+    /// Converts record `index`, one that is not a plain access in a run
+    /// (or any record while a call's target is awaited).
+    fn other<S: EventSink>(
+        &mut self,
+        index: usize,
+        record: u64,
+        table: &RecordTable,
+        function_starts: &HashSet<u64>,
+        sink: &mut S,
+    ) -> Result<(), S::Error> {
+        let (tag, value) = layout::split(record);
+        let mut push = |e: &Event| sink.event(e);
+        let bad = || RecordError { index, tag };
+        let kind = table.kind(tag).ok_or_else(bad)?;
+        if self.awaiting_target.is_some() && kind != RecordKind::Target {
+            return Err(bad().into());
+        }
+        match kind {
+            RecordKind::Access(site) => {
+                self.accesses += 1;
+                push(&Event::Access { site, addr: value })?;
             }
-            run_start = index + 1;
-            let mut push = |e: &Event| sink.event(e);
-            let bad = || RecordError { index, tag };
-            let kind = table.kind(tag).ok_or_else(bad)?;
-            if self.awaiting_target.is_some() && kind != RecordKind::Target {
-                return Err(bad().into());
-            }
-            match kind {
-                RecordKind::Access(site) => {
+            RecordKind::RepStart { site, size } => self.rep.starts.push((site, size, value)),
+            RecordKind::RepCount => self.rep.count = value,
+            RecordKind::RepFlags => self.rep.flags = value,
+            RecordKind::RepEnd => {
+                let rep = std::mem::take(&mut self.rep);
+                self.extra_instructions += rep.count.wrapping_sub(value).min(rep.count).saturating_sub(1);
+                let down = rep.flags & event_rules::DIRECTION_FLAG != 0;
+                for (site, size, start) in rep.starts {
+                    let Some((addr, bytes)) = event_rules::rep_range(start, rep.count, value, size, down) else {
+                        break;
+                    };
                     self.accesses += 1;
-                    push(&Event::Access { site, addr: value })?;
+                    push(&Event::AccessSized { site, addr, size: bytes })?;
                 }
-                RecordKind::RepStart { site, size } => self.rep.starts.push((site, size, value)),
-                RecordKind::RepCount => self.rep.count = value,
-                RecordKind::RepFlags => self.rep.flags = value,
-                RecordKind::RepEnd => {
-                    let rep = std::mem::take(&mut self.rep);
-                    self.extra_instructions += rep.count.wrapping_sub(value).min(rep.count).saturating_sub(1);
-                    let down = rep.flags & event_rules::DIRECTION_FLAG != 0;
-                    for (site, size, start) in rep.starts {
-                        let Some((addr, bytes)) = event_rules::rep_range(start, rep.count, value, size, down) else {
-                            break;
-                        };
-                        self.accesses += 1;
-                        push(&Event::AccessSized { site, addr, size: bytes })?;
-                    }
-                }
-                RecordKind::Call { callsite, target: Some(target) } => {
+            }
+            RecordKind::Call { callsite, target: Some(target) } => {
+                self.last_callsite = callsite;
+                push(&Event::Call { callsite, target, sp: value })?;
+            }
+            RecordKind::Jump { callsite, target: Some(target), flow } => {
+                self.jump(callsite, flow, target, value, function_starts, &mut push)?;
+            }
+            RecordKind::Call { target: None, .. } | RecordKind::Jump { target: None, .. } => {
+                self.awaiting_target = Some((kind, value));
+            }
+            RecordKind::Target => match self.awaiting_target.take() {
+                Some((RecordKind::Call { callsite, .. }, sp)) => {
                     self.last_callsite = callsite;
-                    push(&Event::Call { callsite, target, sp: value })?;
+                    push(&Event::Call { callsite, target: value, sp })?;
                 }
-                RecordKind::Jump { callsite, target: Some(target), flow } => {
-                    self.jump(callsite, flow, target, value, function_starts, &mut push)?;
+                Some((RecordKind::Jump { callsite, flow, .. }, sp)) => {
+                    self.jump(callsite, flow, value, sp, function_starts, &mut push)?;
                 }
-                RecordKind::Call { target: None, .. } | RecordKind::Jump { target: None, .. } => {
-                    self.awaiting_target = Some((kind, value));
+                _ => return Err(bad().into()),
+            },
+            RecordKind::Return => push(&Event::Return { sp: value })?,
+            RecordKind::AllocArg { kind, n } => {
+                let (k, args, _) = self.alloc.get_or_insert((kind, [0; 3], None));
+                *k = kind;
+                if let Some(slot) = args.get_mut(usize::from(n)) {
+                    *slot = value;
                 }
-                RecordKind::Target => match self.awaiting_target.take() {
-                    Some((RecordKind::Call { callsite, .. }, sp)) => {
-                        self.last_callsite = callsite;
-                        push(&Event::Call { callsite, target: value, sp })?;
-                    }
-                    Some((RecordKind::Jump { callsite, flow, .. }, sp)) => {
-                        self.jump(callsite, flow, value, sp, function_starts, &mut push)?;
-                    }
-                    _ => return Err(bad().into()),
-                },
-                RecordKind::Return => push(&Event::Return { sp: value })?,
-                RecordKind::AllocArg { kind, n } => {
-                    let (k, args, _) = self.alloc.get_or_insert((kind, [0; 3], None));
-                    *k = kind;
-                    if let Some(slot) = args.get_mut(usize::from(n)) {
-                        *slot = value;
-                    }
-                }
-                RecordKind::AllocResult => {
-                    let Some((kind, args, _)) = self.alloc else { return Err(bad().into()) };
-                    if kind == AllocKind::PosixMemalign {
-                        self.alloc = Some((kind, args, Some(value)));
-                    } else {
-                        self.alloc = None;
-                        let alloc = event_rules::allocator_call(kind, args, value, self.last_callsite, |_| None);
-                        push(&Event::Alloc(alloc))?;
-                    }
-                }
-                RecordKind::AllocStored => {
-                    let Some((kind, args, Some(ret))) = self.alloc.take() else { return Err(bad().into()) };
-                    let alloc = event_rules::allocator_call(kind, args, ret, self.last_callsite, |_| Some(value));
+            }
+            RecordKind::AllocResult => {
+                let Some((kind, args, _)) = self.alloc else { return Err(bad().into()) };
+                if kind == AllocKind::PosixMemalign {
+                    self.alloc = Some((kind, args, Some(value)));
+                } else {
+                    self.alloc = None;
+                    let alloc = event_rules::allocator_call(kind, args, value, self.last_callsite, |_| None);
                     push(&Event::Alloc(alloc))?;
                 }
-                RecordKind::SyscallNumber { pc } => self.syscall = (pc, value, [0; 2]),
-                RecordKind::SyscallArg(n) => {
-                    if let Some(slot) = self.syscall.2.get_mut(usize::from(n)) {
-                        *slot = value;
-                    }
-                }
-                RecordKind::SyscallResult => {
-                    let (pc, nr, [a0, a1]) = self.syscall;
-                    if let Some(alloc) = event_rules::syscall_allocation(nr, a0, a1, value, pc) {
-                        push(&Event::Alloc(alloc))?;
-                    }
+            }
+            RecordKind::AllocStored => {
+                let Some((kind, args, Some(ret))) = self.alloc.take() else { return Err(bad().into()) };
+                let alloc = event_rules::allocator_call(kind, args, ret, self.last_callsite, |_| Some(value));
+                push(&Event::Alloc(alloc))?;
+            }
+            RecordKind::SyscallNumber { pc } => self.syscall = (pc, value, [0; 2]),
+            RecordKind::SyscallArg(n) => {
+                if let Some(slot) = self.syscall.2.get_mut(usize::from(n)) {
+                    *slot = value;
                 }
             }
-        }
-        if run_start < records.len() {
-            self.accesses += (records.len() - run_start) as u64;
-            sink.accesses(&records[run_start..])?;
+            RecordKind::SyscallResult => {
+                let (pc, nr, [a0, a1]) = self.syscall;
+                if let Some(alloc) = event_rules::syscall_allocation(nr, a0, a1, value, pc) {
+                    push(&Event::Alloc(alloc))?;
+                }
+            }
         }
         Ok(())
     }
@@ -261,11 +263,53 @@ mod tests {
         (value & ((1 << 48) - 1)) | (u64::from(table.tag(kind).expect("tag")) << 48)
     }
 
+    /// A sink that unpacks runs of packed events as the trace writer
+    /// encodes them.
+    struct Events {
+        kinds: Arc<[PackedKind]>,
+        events: Vec<Event>,
+    }
+
+    impl EventSink for Events {
+        type Error = RecordError;
+
+        fn leading_events(&mut self, records: &[u64]) -> Result<PackedRun, RecordError> {
+            let mut run = PackedRun::default();
+            let kind = |r: u64| {
+                let (tag, value) = trace_rt::format::unpack_access(r);
+                (self.kinds.get(usize::from(tag)).copied().unwrap_or(PackedKind::Other), value)
+            };
+            while let Some(&record) = records.get(run.taken) {
+                let (event, n) = match kind(record) {
+                    (PackedKind::Access(site), addr) => (Event::Access { site, addr }, 1),
+                    (PackedKind::Call { callsite, target }, sp) => (Event::Call { callsite, target, sp }, 1),
+                    (PackedKind::IndirectCall { callsite }, sp) => match records.get(run.taken + 1).map(|&r| kind(r)) {
+                        Some((PackedKind::CallTarget, target)) => (Event::Call { callsite, target, sp }, 2),
+                        _ => break,
+                    },
+                    (PackedKind::Return, sp) => (Event::Return { sp }, 1),
+                    (PackedKind::CallTarget | PackedKind::Other, _) => break,
+                };
+                if let Event::Call { callsite, .. } = event {
+                    run.last_callsite = Some(callsite);
+                }
+                run.flow += if matches!(event, Event::Access { .. }) { 0 } else { n };
+                run.taken += n;
+                self.events.push(event);
+            }
+            Ok(run)
+        }
+
+        fn event(&mut self, event: &Event) -> Result<(), RecordError> {
+            self.events.push(*event);
+            Ok(())
+        }
+    }
+
     fn convert(table: &mut RecordTable, records: &[u64], starts: &HashSet<u64>) -> Result<Vec<Event>, RecordError> {
-        let mut batch = EventBatch::new();
-        batch.set_tags(table.sites_by_tag());
-        Converter::default().convert(records, table, starts, &mut batch)?;
-        Ok(batch.events().collect())
+        let mut sink = Events { kinds: table.packed_kinds(), events: Vec::new() };
+        Converter::default().convert(records, table, starts, &mut sink)?;
+        Ok(sink.events)
     }
 
     #[test]
@@ -310,5 +354,9 @@ mod tests {
             [rec(&mut t, RecordKind::Call { callsite: 1, target: None }, 0x10), rec(&mut t, RecordKind::Return, 0x18)];
         assert!(convert(&mut t, &records, &HashSet::new()).is_err());
         assert!(convert(&mut t, &[u64::MAX], &HashSet::new()).is_err(), "unknown tag");
+        let access = rec(&mut t, RecordKind::Access(1), 0x20);
+        let call = rec(&mut t, RecordKind::Call { callsite: 1, target: None }, 0x10);
+        let err = convert(&mut t, &[access, call, access], &HashSet::new()).expect_err("no target after the call");
+        assert_eq!(err.index, 2, "an access where the target belongs is out of place, not taken as a run");
     }
 }

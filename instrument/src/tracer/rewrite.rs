@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
-use trace_rt::format::{Event, EventBatch, TruncationReason};
+use trace_rt::format::{Event, PackedKind, PackedRun, TraceWriter, TruncationReason};
 
 use super::{FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
 use crate::decode::DecodedInstruction;
@@ -19,7 +19,7 @@ use crate::error::ptrace_err;
 use crate::event_rules;
 use crate::rewrite::codegen::{self, CodegenError, Context, Routines, STUB_BYTES};
 use crate::rewrite::layout::{self, RecordKind, slot};
-use crate::rewrite::records::{Converter, RecordTable};
+use crate::rewrite::records::{Converter, EventSink, RecordTable};
 use crate::rewrite::region::SharedRegion;
 use crate::sys::{self, Regs, Stop, Tid};
 use crate::{InstrumentError, interrupt};
@@ -130,8 +130,6 @@ pub(super) struct Rewriter {
     /// table, so that the return traps).
     trampolines: HashSet<u64>,
     table: RecordTable,
-    /// Events converted from records, reused between batches.
-    batch: EventBatch,
     /// Records taken at a stop, converted after the thread was let go, in
     /// the order taken.
     to_convert: Vec<TakenRecords>,
@@ -614,17 +612,12 @@ impl Tracer {
                 }
             }
         }
-        // Converted in batches, each handed to the writer's thread whole.
-        let mut batch = std::mem::take(&mut rewriter.batch);
-        let tags = rewriter.table.sites_by_tag();
+        // Converted and encoded in one pass over the records: the writer
+        // takes the runs of plain accesses, calls and returns as they are.
+        let kinds = rewriter.table.packed_kinds();
         let converted_before = converter.accesses;
-        for part in records.chunks(1 << 16) {
-            batch.clear();
-            batch.set_tags(tags.clone());
-            converter.convert(part, &rewriter.table, function_starts, &mut batch)?;
-            batch = writer.push_batch(thread, batch)?;
-        }
-        rewriter.batch = batch;
+        let mut sink = WriterSink { writer, thread, kinds: &kinds };
+        converter.convert(records, &rewriter.table, function_starts, &mut sink)?;
         *accesses += converter.accesses - converted_before;
         let count = count + std::mem::take(&mut converter.extra_instructions);
         if count > 0 {
@@ -857,5 +850,25 @@ impl Tracer {
         let used = (encoded.code.len() as u64 + 15) & !15;
         self.rewriter.caches.push(CodeCache { region, used, routines });
         Ok(self.rewriter.caches.len() - 1)
+    }
+}
+
+/// The trace writer as the converter's sink, for one thread's records.
+struct WriterSink<'a, W: std::io::Write> {
+    writer: &'a mut TraceWriter<W>,
+    thread: u32,
+    kinds: &'a [PackedKind],
+}
+
+impl<W: std::io::Write> EventSink for WriterSink<'_, W> {
+    type Error = InstrumentError;
+
+    #[inline]
+    fn leading_events(&mut self, records: &[u64]) -> Result<PackedRun, InstrumentError> {
+        Ok(self.writer.push_packed(self.thread, records, self.kinds)?)
+    }
+
+    fn event(&mut self, event: &Event) -> Result<(), InstrumentError> {
+        Ok(self.writer.push(self.thread, event)?)
     }
 }

@@ -108,6 +108,8 @@ pub(crate) enum ChunkOutput<W: Write> {
     Here(ChunkSink<W>),
     /// Compressed and written by a thread of its own.
     Thread(ChunkThread<W>),
+    /// Handed back by [`Self::finish`]: takes nothing more.
+    Finished,
 }
 
 impl<W: Write> ChunkOutput<W> {
@@ -115,6 +117,7 @@ impl<W: Write> ChunkOutput<W> {
     pub(crate) fn write_chunk(&mut self, kind: ChunkKind, thread: ThreadId, raw: &[u8]) -> Result<(), FormatError> {
         match self {
             ChunkOutput::Here(sink) => sink.write_chunk(kind, thread, raw),
+            ChunkOutput::Finished => Err(FormatError::WriterStopped),
             ChunkOutput::Thread(_) => {
                 let mut buf = self.spare_buffer();
                 buf.extend_from_slice(raw);
@@ -143,6 +146,7 @@ impl<W: Write> ChunkOutput<W> {
                 t.worker.send(ChunkMessage::Chunk(kind, thread, raw))?;
                 Ok(self.spare_buffer())
             }
+            ChunkOutput::Finished => Err(FormatError::WriterStopped),
         }
     }
 
@@ -159,6 +163,7 @@ impl<W: Write> ChunkOutput<W> {
         match self {
             ChunkOutput::Here(sink) => Ok(sink.out.flush()?),
             ChunkOutput::Thread(t) => t.worker.send(ChunkMessage::Flush),
+            ChunkOutput::Finished => Err(FormatError::WriterStopped),
         }
     }
 
@@ -170,6 +175,7 @@ impl<W: Write> ChunkOutput<W> {
             ChunkOutput::Thread(t) => {
                 let _ = t.worker.send(ChunkMessage::Level(level));
             }
+            ChunkOutput::Finished => {}
         }
     }
 
@@ -178,6 +184,7 @@ impl<W: Write> ChunkOutput<W> {
         match self {
             ChunkOutput::Here(sink) => sink.written.load(Ordering::Relaxed),
             ChunkOutput::Thread(t) => t.written.load(Ordering::Relaxed),
+            ChunkOutput::Finished => 0,
         }
     }
 
@@ -189,6 +196,7 @@ impl<W: Write> ChunkOutput<W> {
                 Ok(sink.out)
             }
             ChunkOutput::Thread(mut t) => t.worker.join(),
+            ChunkOutput::Finished => Err(FormatError::WriterStopped),
         }
     }
 }
@@ -198,7 +206,7 @@ impl<W: Write + Send + 'static> ChunkOutput<W> {
     pub(crate) fn on_own_thread(self) -> Result<Self, FormatError> {
         let sink = match self {
             ChunkOutput::Here(sink) => sink,
-            thread @ ChunkOutput::Thread(_) => return Ok(thread),
+            other @ (ChunkOutput::Thread(_) | ChunkOutput::Finished) => return Ok(other),
         };
         let written = sink.written.clone();
         let worker = Worker::start("linetrace-zstd", CHUNKS_IN_FLIGHT, move |messages, recycle| {

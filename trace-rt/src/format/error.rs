@@ -40,8 +40,8 @@ pub enum FormatError {
     /// The writer was given an event that refers to something undefined.
     #[error("invalid event: {0}")]
     InvalidEvent(String),
-    /// A [`super::BackgroundWriter`]'s thread stopped (after an error it
-    /// returned before, or a panic).
+    /// The writer's compressing thread stopped (after an error it returned
+    /// before, or a panic).
     #[error("the trace writer's thread stopped after an earlier error")]
     WriterStopped,
 }

@@ -1,7 +1,10 @@
 //! Binary encoding of [`Event`]s inside one events chunk, and of the site table.
 
 use super::varint::{Cursor, MAX_LEN, put_i64, put_raw, put_u64, zigzag};
-use super::{AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Event, Site, SiteId, TruncationReason};
+use super::{
+    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Event, PackedKind, PackedRun, Site, SiteId,
+    TruncationReason,
+};
 
 const TAG_ACCESS: u8 = 1;
 const TAG_ACCESS_SIZED: u8 = 2;
@@ -217,52 +220,90 @@ impl ChunkEncoder {
         }
     }
 
-    /// Appends packed accesses ([`super::unpack_access`]; the site of a tag
-    /// is `tags[tag]`) as [`Self::push_access`] would, until the payload
-    /// reaches `limit` bytes (checked every 1024 accesses, so it may pass
-    /// it by up to 16 KiB). Returns how many were appended, or the first tag
-    /// that names no site below `defined` (the accesses before it are
-    /// appended).
+    /// Appends the leading packed events of `packed` ([`super::unpack_access`];
+    /// what a tag stands for is `kinds[tag]`) as [`Self::push`] would, until a
+    /// record of [`PackedKind::Other`] (or a tag beyond the table) or until
+    /// the payload reaches `limit` bytes (checked every 1024 records, so it
+    /// may pass it by up to 32 KiB). An [`PackedKind::IndirectCall`] is
+    /// taken with the [`PackedKind::CallTarget`] record after it, or not at
+    /// all. Returns what it took, or the first tag of an access to a site not
+    /// below `defined` (the events before it are appended).
     pub fn push_packed(
         &mut self,
         packed: &[u64],
-        tags: &[SiteId],
+        kinds: &[PackedKind],
         defined: SiteId,
         limit: usize,
-    ) -> Result<usize, u16> {
+    ) -> Result<PackedRun, u16> {
         // The hot loop of a recording: room is reserved per block, not per
-        // access, and bytes are stored without a bounds check each.
+        // event, and bytes are stored without a bounds check each.
         const BLOCK: usize = 1024;
         self.deltas.ensure(defined as usize);
-        let mut done = 0;
-        while done < packed.len() && self.buf.len() < limit {
-            let block = &packed[done..packed.len().min(done + BLOCK)];
-            self.buf.reserve(block.len() * ACCESS_MOST);
+        let mut run = PackedRun::default();
+        while run.taken < packed.len() && self.buf.len() < limit {
+            let end = packed.len().min(run.taken + BLOCK);
+            self.buf.reserve((end - run.taken) * PACKED_MOST);
             let mut len = self.buf.len();
             let last = &mut self.deltas.last[..];
-            for &p in block {
-                let (tag, addr) = super::unpack_access(p);
-                let site = match tags.get(usize::from(tag)) {
-                    Some(&site) if site < defined => site,
-                    _ => {
-                        // SAFETY: the bytes up to `len` were written below.
-                        unsafe { self.buf.set_len(len) };
-                        return Err(tag);
+            let mut next = run.taken;
+            let mut stop = None;
+            while next < end {
+                let (tag, value) = super::unpack_access(packed[next]);
+                // SAFETY (each arm that writes): `reserve` made room for
+                // PACKED_MOST bytes per record of the block after the length
+                // at its start, and a record writes at most that many (an
+                // indirect call's target, none).
+                let dst = unsafe { self.buf.as_mut_ptr().add(len) };
+                len += match kinds.get(usize::from(tag)) {
+                    Some(&PackedKind::Access(site)) if site < defined => {
+                        // `defined <= last.len()` (ensured above): in bounds.
+                        let prev = std::mem::replace(&mut last[site as usize], value);
+                        unsafe { put_access_raw(dst, site, value.wrapping_sub(prev) as i64) }
+                    }
+                    Some(&PackedKind::Access(_)) => {
+                        stop = Some(Err(tag));
+                        break;
+                    }
+                    Some(&PackedKind::Call { callsite, target }) => {
+                        run.flow += 1;
+                        run.last_callsite = Some(callsite);
+                        unsafe { put_flow_raw(dst, TAG_CALL, &mut self.flow, [callsite, target, value]) }
+                    }
+                    Some(&PackedKind::IndirectCall { callsite }) => {
+                        let target = packed.get(next + 1).map(|&t| super::unpack_access(t));
+                        let is_target =
+                            |&(t, _): &(u16, u64)| kinds.get(usize::from(t)) == Some(&PackedKind::CallTarget);
+                        let Some((_, target)) = target.filter(is_target) else {
+                            stop = Some(Ok(()));
+                            break;
+                        };
+                        next += 1;
+                        run.flow += 2;
+                        run.last_callsite = Some(callsite);
+                        unsafe { put_flow_raw(dst, TAG_CALL, &mut self.flow, [callsite, target, value]) }
+                    }
+                    Some(&PackedKind::Return) => {
+                        run.flow += 1;
+                        unsafe { put_return_raw(dst, &mut self.flow, value) }
+                    }
+                    Some(&PackedKind::CallTarget | PackedKind::Other) | None => {
+                        stop = Some(Ok(()));
+                        break;
                     }
                 };
-                // `defined <= last.len()` (ensured above): in bounds.
-                let prev = std::mem::replace(&mut last[site as usize], addr);
-                let delta = addr.wrapping_sub(prev) as i64;
-                // SAFETY: `reserve` made room for ACCESS_MOST bytes per
-                // access of the block after the length at its start.
-                len += unsafe { put_access_raw(self.buf.as_mut_ptr().add(len), site, delta) };
+                next += 1;
             }
             // SAFETY: every byte up to `len` was written above, within the
             // reserved capacity.
             unsafe { self.buf.set_len(len) };
-            done += block.len();
+            run.taken = next;
+            match stop {
+                None => {}
+                Some(Ok(())) => break,
+                Some(Err(tag)) => return Err(tag),
+            }
         }
-        Ok(done)
+        Ok(run)
     }
 
     /// Appends one event.
@@ -282,15 +323,22 @@ impl ChunkEncoder {
                 put_u64(b, size);
             }
             Event::Call { callsite, target, sp } | Event::TailCall { callsite, target, sp } => {
-                b.push(if matches!(event, Event::Call { .. }) { TAG_CALL } else { TAG_TAIL_CALL });
-                let f = &mut self.flow;
-                put_i64(b, delta(&mut f.callsite, callsite));
-                put_i64(b, delta(&mut f.target, target));
-                put_i64(b, delta(&mut f.sp, sp));
+                let tag = if matches!(event, Event::Call { .. }) { TAG_CALL } else { TAG_TAIL_CALL };
+                b.reserve(PACKED_MOST);
+                // SAFETY: room for PACKED_MOST bytes was reserved after the
+                // length, which grows by what was written.
+                unsafe {
+                    let n = put_flow_raw(b.as_mut_ptr().add(b.len()), tag, &mut self.flow, [callsite, target, sp]);
+                    b.set_len(b.len() + n);
+                }
             }
             Event::Return { sp } => {
-                b.push(TAG_RETURN);
-                put_i64(b, delta(&mut self.flow.sp, sp));
+                b.reserve(PACKED_MOST);
+                // SAFETY: as for calls.
+                unsafe {
+                    let n = put_return_raw(b.as_mut_ptr().add(b.len()), &mut self.flow, sp);
+                    b.set_len(b.len() + n);
+                }
             }
             Event::Alloc(a) => {
                 b.push(TAG_ALLOC);
@@ -373,6 +421,42 @@ impl ChunkEncoder {
 /// Most bytes of an `Access` record: the tag, a site (32 bits: 5 bytes) and
 /// a delta; also room enough for `put_raw`'s contract at either varint.
 const ACCESS_MOST: usize = 1 + 5 + MAX_LEN;
+
+/// Most bytes of any record [`ChunkEncoder::push_packed`] writes: a call's
+/// (the tag and three differences), with room for `put_raw`'s contract.
+const PACKED_MOST: usize = 1 + 3 * MAX_LEN;
+const _: () = assert!(PACKED_MOST >= ACCESS_MOST);
+
+/// Writes a call or tail-call record (`tag`, then the differences of call
+/// site, target and stack pointer to `flow`'s, zig-zag) at `dst`; returns
+/// its length.
+///
+/// # Safety
+/// `dst` must be valid for writing [`PACKED_MOST`] bytes.
+#[inline(always)]
+unsafe fn put_flow_raw(dst: *mut u8, tag: u8, flow: &mut FlowState, [callsite, target, sp]: [u64; 3]) -> usize {
+    // SAFETY: each varint takes at most MAX_LEN bytes, and the tag one.
+    unsafe {
+        dst.write(tag);
+        let mut n = 1 + put_raw(dst.add(1), zigzag(delta(&mut flow.callsite, callsite)));
+        n += put_raw(dst.add(n), zigzag(delta(&mut flow.target, target)));
+        n + put_raw(dst.add(n), zigzag(delta(&mut flow.sp, sp)))
+    }
+}
+
+/// Writes a return record (tag, zig-zag difference of the stack pointer to
+/// `flow`'s) at `dst`; returns its length.
+///
+/// # Safety
+/// `dst` must be valid for writing [`PACKED_MOST`] bytes.
+#[inline(always)]
+unsafe fn put_return_raw(dst: *mut u8, flow: &mut FlowState, sp: u64) -> usize {
+    // SAFETY: the tag, then one varint of at most MAX_LEN bytes.
+    unsafe {
+        dst.write(TAG_RETURN);
+        1 + put_raw(dst.add(1), zigzag(delta(&mut flow.sp, sp)))
+    }
+}
 
 /// Writes an `Access` record (tag, site, zig-zag delta) at `dst`; returns
 /// its length.

@@ -85,21 +85,19 @@
 //! ([`MAX_CHUNK_BYTES`]) so a corrupt header cannot make the reader allocate
 //! more than a few tens of megabytes.
 
-mod background;
-mod batch;
 mod chunk_output;
 mod error;
 mod event;
+mod packed;
 mod reader;
 mod worker;
 mod writer;
 
 pub mod varint;
 
-pub use background::BackgroundWriter;
-pub use batch::{EventBatch, PACKED_ADDRESS_BITS, unpack_access};
 pub use error::FormatError;
 pub use event::{ChunkDecoder, ChunkEncoder};
+pub use packed::{PACKED_ADDRESS_BITS, PackedKind, PackedRun, pack_access, unpack_access};
 pub use reader::{ChunkPosition, Damage, Record, TraceEnd, TraceReader, event_threads};
 pub use writer::TraceWriter;
 

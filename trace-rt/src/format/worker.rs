@@ -1,5 +1,5 @@
 //! A thread that carries out messages in order and ends with a result:
-//! what the background writer and the compressing thread share.
+//! the trace writer's compressing thread.
 //!
 //! Messages go through a bounded channel (a sender waits when the thread
 //! falls behind, which bounds memory). Buffers the thread is done with come

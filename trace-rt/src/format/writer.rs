@@ -6,8 +6,8 @@ use std::time::Instant;
 use super::chunk_output::{ChunkOutput, ChunkSink};
 use super::event::{encode_sites, put_events_prefix};
 use super::{
-    ChunkEncoder, ChunkKind, Event, EventBatch, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
-    Site, SiteId, StringId, ThreadId, Trailer, VERSION,
+    ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module, PackedKind,
+    PackedRun, Site, SiteId, StringId, ThreadId, Trailer, VERSION,
 };
 
 /// Raw bytes buffered per thread before its chunk is compressed and written.
@@ -134,42 +134,45 @@ impl<W: Write> TraceWriter<W> {
         events.iter().try_for_each(|event| self.push_at(i, event))
     }
 
-    /// Appends a batch of events of one thread: the same as pushing each,
-    /// with runs of packed accesses encoded in one tight loop.
-    pub fn push_batch(&mut self, thread: ThreadId, batch: &EventBatch) -> Result<(), FormatError> {
+    /// Appends the leading packed events of `packed` (see
+    /// [`super::unpack_access`]; `kinds[tag]` says what a tag stands for) as
+    /// events of `thread`: the same as pushing each as its [`Event`], in one
+    /// tight loop. Stops before the first record of [`PackedKind::Other`]
+    /// (or a tag beyond `kinds`) and says how many it took; an access to a
+    /// site never defined is an error.
+    pub fn push_packed(
+        &mut self,
+        thread: ThreadId,
+        packed: &[u64],
+        kinds: &[PackedKind],
+    ) -> Result<PackedRun, FormatError> {
         let i = self.thread_index(thread);
-        for run in batch.runs() {
-            self.push_packed(i, run.packed, batch.tags())?;
-            if let Some(event) = run.then {
-                self.push_at(i, event)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The packed accesses of a batch ([`super::unpack_access`], sites from
-    /// `tags`), as [`Self::push_at`] would push them.
-    fn push_packed(&mut self, i: usize, packed: &[u64], tags: &[SiteId]) -> Result<(), FormatError> {
-        let mut k = 0;
-        while k < packed.len() {
+        let mut run = PackedRun::default();
+        while run.taken < packed.len() {
             let t = &mut self.threads[i];
             if t.encoder.is_empty() {
                 t.first_time = self.started.elapsed().as_nanos() as u64;
             }
-            match t.encoder.push_packed(&packed[k..], tags, self.sites_defined, self.chunk_target) {
-                Ok(n) => k += n,
-                Err(tag) => {
-                    let site = tags.get(usize::from(tag)).map_or("no site".to_string(), |s| format!("site {s}"));
-                    let what = format!("packed access of tag {tag} ({site}) names no defined site");
-                    return Err(FormatError::InvalidEvent(what));
-                }
+            let part = t.encoder.push_packed(&packed[run.taken..], kinds, self.sites_defined, self.chunk_target);
+            let part = part.map_err(|tag| {
+                let site = match kinds.get(usize::from(tag)) {
+                    Some(PackedKind::Access(site)) => site.to_string(),
+                    _ => "?".into(),
+                };
+                FormatError::InvalidEvent(format!("packed access of tag {tag} names site {site}, never defined"))
+            })?;
+            run.taken += part.taken;
+            run.flow += part.flow;
+            run.last_callsite = part.last_callsite.or(run.last_callsite);
+            if t.encoder.len() < self.chunk_target {
+                // Not stopped by the chunk's size: by the end of `packed`,
+                // or at a record of another kind.
+                break;
             }
-            if t.encoder.len() >= self.chunk_target {
-                self.flush_definitions()?;
-                self.write_events(i)?;
-            }
+            self.flush_definitions()?;
+            self.write_events(i)?;
         }
-        Ok(())
+        Ok(run)
     }
 
     /// Index of `thread`'s buffer, made on first use.
@@ -238,7 +241,7 @@ impl<W: Write> TraceWriter<W> {
         self.flush()?;
         let json = serde_json::to_vec(trailer).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
         self.write_chunk(ChunkKind::End, 0, &json)?;
-        self.output.finish()
+        std::mem::replace(&mut self.output, ChunkOutput::Finished).finish()
     }
 
     fn flush_definitions(&mut self) -> Result<(), FormatError> {
@@ -270,13 +273,24 @@ impl<W: Write> TraceWriter<W> {
     }
 }
 
+impl<W: Write> Drop for TraceWriter<W> {
+    /// A writer dropped without `finish` (its recorder failed) still writes
+    /// every event it was given, as whole chunks: the file reads as a
+    /// truncated trace with all of them.
+    fn drop(&mut self) {
+        if !matches!(self.output, ChunkOutput::Finished) {
+            let _ = self.flush();
+        }
+    }
+}
+
 impl<W: Write + Send + 'static> TraceWriter<W> {
     /// Compresses and writes chunks on a thread of their own from now on,
     /// so that encoding events and compressing chunks use two cores. The
     /// file is the same; `finish` (or dropping the writer) waits for the
     /// thread to write every chunk.
     pub fn compress_on_own_thread(mut self) -> Result<Self, FormatError> {
-        self.output = self.output.on_own_thread()?;
+        self.output = std::mem::replace(&mut self.output, ChunkOutput::Finished).on_own_thread()?;
         Ok(self)
     }
 }
