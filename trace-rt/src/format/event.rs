@@ -59,15 +59,39 @@ fn put_extension(b: &mut Vec<u8>, kind: u64, fill: impl FnOnce(&mut Vec<u8>)) {
 /// Restarting clears the table (8 bytes per site used so far, once per
 /// chunk of ~1 MiB): cheaper than a generation stamp compared on every
 /// access, which was the encoder's slowest step.
-#[derive(Default)]
 struct DeltaState {
     /// Previous address by site (0: none in this chunk).
     last: Vec<u64>,
+    /// Since v5: the site of the last long-form `Access` by the site's low
+    /// bits ([`RECENT_SITES`] slots; `NO_SITE`: none in this chunk). An
+    /// access whose site is in its slot is written `0x80 | slot`, then the
+    /// delta: one byte instead of a tag and the site's varint.
+    recent: [SiteId; RECENT_SITES],
+}
+
+/// Slots of [`DeltaState::recent`]: the tags from 0x80 up.
+const RECENT_SITES: usize = 128;
+/// The first tag of the short form of an `Access` (since v5).
+const TAG_RECENT_ACCESS: u8 = 0x80;
+/// An empty slot of [`DeltaState::recent`].
+const NO_SITE: SiteId = SiteId::MAX;
+
+impl Default for DeltaState {
+    fn default() -> Self {
+        DeltaState { last: Vec::new(), recent: [NO_SITE; RECENT_SITES] }
+    }
+}
+
+/// The slot of `site` in [`DeltaState::recent`].
+#[inline(always)]
+fn recent_slot(site: SiteId) -> usize {
+    site as usize % RECENT_SITES
 }
 
 impl DeltaState {
     fn restart(&mut self) {
         self.last.fill(0);
+        self.recent = [NO_SITE; RECENT_SITES];
     }
 
     /// Makes room for sites below `sites`.
@@ -215,7 +239,7 @@ impl ChunkEncoder {
         // SAFETY: `reserve` made room for ACCESS_MOST bytes after `len`,
         // which bounds what is written; the length grows by what was.
         unsafe {
-            let n = put_access_raw(self.buf.as_mut_ptr().add(len), site, delta);
+            let n = put_access_raw(self.buf.as_mut_ptr().add(len), &mut self.deltas.recent, site, delta);
             self.buf.set_len(len + n);
         }
     }
@@ -244,7 +268,7 @@ impl ChunkEncoder {
             let end = packed.len().min(run.taken + BLOCK);
             self.buf.reserve((end - run.taken) * PACKED_MOST);
             let mut len = self.buf.len();
-            let last = &mut self.deltas.last[..];
+            let DeltaState { last, recent } = &mut self.deltas;
             let mut next = run.taken;
             let mut stop = None;
             while next < end {
@@ -258,7 +282,7 @@ impl ChunkEncoder {
                     Some(&PackedKind::Access(site)) if site < defined => {
                         // `defined <= last.len()` (ensured above): in bounds.
                         let prev = std::mem::replace(&mut last[site as usize], value);
-                        unsafe { put_access_raw(dst, site, value.wrapping_sub(prev) as i64) }
+                        unsafe { put_access_raw(dst, recent, site, value.wrapping_sub(prev) as i64) }
                     }
                     Some(&PackedKind::Access(_)) => {
                         stop = Some(Err(tag));
@@ -458,18 +482,26 @@ unsafe fn put_return_raw(dst: *mut u8, flow: &mut FlowState, sp: u64) -> usize {
     }
 }
 
-/// Writes an `Access` record (tag, site, zig-zag delta) at `dst`; returns
-/// its length.
+/// Writes an `Access` record at `dst`: the short form (`0x80 | slot`, the
+/// zig-zag delta) when `site` is in its slot of `recent`, else the long
+/// form (tag, site, delta), which puts it there. Returns its length.
 ///
 /// # Safety
 /// `dst` must be valid for writing [`ACCESS_MOST`] bytes.
 #[inline(always)]
-unsafe fn put_access_raw(dst: *mut u8, site: SiteId, delta: i64) -> usize {
+unsafe fn put_access_raw(dst: *mut u8, recent: &mut [SiteId; RECENT_SITES], site: SiteId, delta: i64) -> usize {
+    let slot = recent_slot(site);
     // SAFETY: the site's varint starts at 1 and takes at most 5 bytes, so
     // the delta's starts at most at 6, with MAX_LEN bytes left after it.
     unsafe {
-        dst.write(TAG_ACCESS);
-        let n = 1 + put_raw(dst.add(1), u64::from(site));
+        let n = if recent[slot] == site {
+            dst.write(TAG_RECENT_ACCESS | slot as u8);
+            1
+        } else {
+            recent[slot] = site;
+            dst.write(TAG_ACCESS);
+            1 + put_raw(dst.add(1), u64::from(site))
+        };
         n + put_raw(dst.add(n), zigzag(delta))
     }
 }
@@ -480,6 +512,9 @@ pub struct ChunkDecoder {
     flow: FlowState,
     /// Format v3 and later: flow events are differences ([`FlowState`]).
     flow_deltas: bool,
+    /// Format v5 and later: accesses of a recent site have a short form
+    /// ([`DeltaState::recent`]).
+    recent_sites: bool,
     alloc: AllocState,
     /// Format v4 and later: allocation events are differences
     /// ([`AllocState`]).
@@ -504,6 +539,7 @@ impl ChunkDecoder {
             deltas: DeltaState::default(),
             flow: FlowState::default(),
             flow_deltas: version >= 3,
+            recent_sites: version >= 5,
             alloc: AllocState::default(),
             alloc_deltas: version >= 4,
         }
@@ -588,11 +624,22 @@ impl ChunkDecoder {
             }
         };
         let ev = match tag {
+            TAG_RECENT_ACCESS.. if self.recent_sites => {
+                let site = self.deltas.recent[usize::from(tag & !TAG_RECENT_ACCESS)];
+                if site == NO_SITE {
+                    return Err("access refers to an empty recent-site slot");
+                }
+                let delta = c.i64().ok_or(CUT)?;
+                Event::Access { site, addr: self.deltas.advance(site, delta) }
+            }
             TAG_ACCESS | TAG_ACCESS_SIZED => {
                 let site = site_id(c)?;
                 let delta = c.i64().ok_or(CUT)?;
                 let addr = self.deltas.advance(site, delta);
                 if tag == TAG_ACCESS {
+                    if self.recent_sites {
+                        self.deltas.recent[recent_slot(site)] = site;
+                    }
                     Event::Access { site, addr }
                 } else {
                     Event::AccessSized { site, addr, size: c.u64().ok_or(CUT)? }
