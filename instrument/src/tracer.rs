@@ -115,6 +115,9 @@ struct Tracer {
     allocator_entries: HashMap<u64, AllocKind>,
     function_starts: HashSet<u64>,
     code: HashMap<u64, DecodedInstruction>,
+    /// Code read ahead while the rewrite backend translates (`None`
+    /// otherwise: breakpoints may change between stops).
+    code_window: Option<CodeWindow>,
     factory: InstructionInfoFactory,
     modules_loaded: bool,
     known_threads: HashSet<Tid>,
@@ -213,6 +216,7 @@ pub(crate) fn record(options: RecordOptions) -> Result<RecordSummary, Instrument
         allocator_entries: HashMap::new(),
         function_starts: HashSet::new(),
         code: HashMap::new(),
+        code_window: None,
         factory: InstructionInfoFactory::new(),
         modules_loaded: false,
         known_threads: HashSet::from([pid]),
@@ -851,9 +855,11 @@ impl Tracer {
     fn instruction(&mut self, tid: Tid, pc: u64) -> Result<Option<&DecodedInstruction>, InstrumentError> {
         if !self.code.contains_key(&pc) {
             let mut bytes = [0u8; MAX_INSTRUCTION_LEN];
-            let n = sys::read_memory(self.pid, pc, &mut bytes)
-                .or_else(|_| read_memory_by_words(tid, pc, &mut bytes))
-                .map_err(ptrace_err("reading the target's code"))?;
+            let n = match self.code_window.as_mut() {
+                Some(window) => window.read(self.pid, tid, pc, &mut bytes),
+                None => read_code(self.pid, tid, pc, &mut bytes),
+            }
+            .map_err(ptrace_err("reading the target's code"))?;
             // The armed entry breakpoint is ours, not the program's code.
             if let Some(bp) = self.entry_bp {
                 if let Some(b) = bp.addr.checked_sub(pc).and_then(|i| bytes[..n].get_mut(i as usize)) {
@@ -1279,6 +1285,49 @@ fn allocator_kind(name: &str) -> Option<AllocKind> {
         "memalign" => AllocKind::Memalign,
         _ => return None,
     })
+}
+
+/// Reads the target's code at `addr`: in one system call, or word by word
+/// where `process_vm_readv` is not permitted.
+fn read_code(pid: Tid, tid: Tid, addr: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+    sys::read_memory(pid, addr, buf).or_else(|_| read_memory_by_words(tid, addr, buf))
+}
+
+/// The target's code read ahead: a block's instructions decoded from one
+/// read instead of one system call each (a translation decodes ~7).
+pub(crate) struct CodeWindow {
+    start: u64,
+    len: usize,
+    bytes: [u8; CodeWindow::BYTES],
+}
+
+impl CodeWindow {
+    const BYTES: usize = 256;
+
+    /// An empty window.
+    pub(crate) fn new() -> Self {
+        CodeWindow { start: 0, len: 0, bytes: [0; Self::BYTES] }
+    }
+
+    /// Copies the code at `addr` into `buf` as [`read_code`] would (fewer
+    /// bytes at the end of a mapping), reading ahead when the window does
+    /// not hold it.
+    fn read(&mut self, pid: Tid, tid: Tid, addr: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        let held = addr.checked_sub(self.start).map(|o| o as usize).filter(|&o| o < self.len);
+        // A window shorter than asked ended at the end of a mapping: what
+        // it holds is all there is.
+        let offset = match held {
+            Some(o) if o + buf.len() <= self.len || self.len < Self::BYTES => o,
+            _ => {
+                self.len = read_code(pid, tid, addr, &mut self.bytes)?;
+                self.start = addr;
+                0
+            }
+        };
+        let n = buf.len().min(self.len - offset);
+        buf[..n].copy_from_slice(&self.bytes[offset..offset + n]);
+        if n == 0 { Err(std::io::Error::from_raw_os_error(libc::EFAULT)) } else { Ok(n) }
+    }
 }
 
 /// Fallback code reader for when `process_vm_readv` is not permitted.

@@ -13,7 +13,7 @@ use std::time::Instant;
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 use trace_rt::format::{Event, PackedKind, PackedRun, TraceWriter, TruncationReason};
 
-use super::{FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
+use super::{CodeWindow, FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
 use crate::decode::DecodedInstruction;
 use crate::error::ptrace_err;
 use crate::event_rules;
@@ -755,8 +755,10 @@ impl Tracer {
         let mut insns: Vec<DecodedInstruction> = Vec::new();
         if allocator.is_none() {
             let mut at = pc;
+            self.code_window = Some(CodeWindow::new());
             while insns.len() < MAX_BLOCK_INSTRUCTIONS {
-                let Some(insn) = self.instruction(tid, at)?.cloned() else { break };
+                let decoded = self.instruction(tid, at).map(|i| i.cloned());
+                let Some(insn) = decoded.inspect_err(|_| self.code_window = None)? else { break };
                 at += u64::from(insn.len);
                 // A block ends at a system call too: it may not return
                 // (rt_sigreturn, exit, execve), and the instructions after
@@ -767,6 +769,7 @@ impl Tracer {
                     break;
                 }
             }
+            self.code_window = None;
             if insns.is_empty() {
                 return Err(InstrumentError::Ptrace {
                     what: "translating code linetrace cannot decode",
