@@ -312,6 +312,37 @@ mod tests {
         Ok(sink.events)
     }
 
+    /// Records cut into two drains anywhere (between an indirect call and
+    /// its target's record too) convert to the events of the whole, and the
+    /// allocator call after them is attributed to the last call.
+    #[test]
+    fn records_split_across_drains_convert_as_a_whole() {
+        let mut t = RecordTable::default();
+        let starts = HashSet::new();
+        let records = [
+            rec(&mut t, RecordKind::Access(3), 0x7000),
+            rec(&mut t, RecordKind::Call { callsite: 0x1000, target: None }, 0x7ff0),
+            rec(&mut t, RecordKind::Target, 0x2000),
+            rec(&mut t, RecordKind::Access(4), 0x7008),
+            rec(&mut t, RecordKind::Return, 0x7ff8),
+            rec(&mut t, RecordKind::Call { callsite: 0x1010, target: Some(0x3000) }, 0x7ff0),
+            rec(&mut t, RecordKind::AllocArg { kind: AllocKind::Malloc, n: 0 }, 24),
+            rec(&mut t, RecordKind::AllocResult, 0x9000),
+        ];
+        let whole = convert(&mut t, &records, &starts).expect("converts");
+        assert_eq!(whole[1], Event::Call { callsite: 0x1000, target: 0x2000, sp: 0x7ff0 });
+        let malloc = event_rules::allocator_call(AllocKind::Malloc, [24, 0, 0], 0x9000, 0x1010, |_| None);
+        assert_eq!(whole.last(), Some(&Event::Alloc(malloc)), "attributed to the direct call before it");
+        for cut in 0..=records.len() {
+            let mut sink = Events { kinds: t.packed_kinds(), events: Vec::new() };
+            let mut converter = Converter::default();
+            converter.convert(&records[..cut], &t, &starts, &mut sink).expect("first drain");
+            converter.convert(&records[cut..], &t, &starts, &mut sink).expect("second drain");
+            assert_eq!(sink.events, whole, "cut at {cut}");
+            assert_eq!(converter.accesses, 2);
+        }
+    }
+
     #[test]
     fn records_become_the_events_of_the_ptrace_recorder() {
         let mut t = RecordTable::default();

@@ -278,12 +278,18 @@ impl ChunkEncoder {
                 // at its start, and a record writes at most that many (an
                 // indirect call's target, none).
                 let dst = unsafe { self.buf.as_mut_ptr().add(len) };
-                len += match kinds.get(usize::from(tag)) {
-                    Some(&PackedKind::Access(site)) if site < defined => {
-                        // `defined <= last.len()` (ensured above): in bounds.
-                        let prev = std::mem::replace(&mut last[site as usize], value);
-                        unsafe { put_access_raw(dst, recent, site, value.wrapping_sub(prev) as i64) }
-                    }
+                let kind = kinds.get(usize::from(tag));
+                // Accesses first, on their own: nearly every record is one.
+                if let Some(&PackedKind::Access(site)) = kind
+                    && site < defined
+                {
+                    // `defined <= last.len()` (ensured above): in bounds.
+                    let prev = std::mem::replace(&mut last[site as usize], value);
+                    len += unsafe { put_access_raw(dst, recent, site, value.wrapping_sub(prev) as i64) };
+                    next += 1;
+                    continue;
+                }
+                len += match kind {
                     Some(&PackedKind::Access(_)) => {
                         stop = Some(Err(tag));
                         break;
