@@ -269,6 +269,8 @@ impl ChunkEncoder {
             self.buf.reserve((end - run.taken) * PACKED_MOST);
             let mut len = self.buf.len();
             let DeltaState { last, recent } = &mut self.deltas;
+            // The sites defined (`ensure` made room for them).
+            let last = &mut last[..defined as usize];
             let mut next = run.taken;
             let mut stop = None;
             while next < end {
@@ -280,11 +282,11 @@ impl ChunkEncoder {
                 let dst = unsafe { self.buf.as_mut_ptr().add(len) };
                 let kind = kinds.get(usize::from(tag));
                 // Accesses first, on their own: nearly every record is one.
+                // Finding the site in `last` is the check that it is defined.
                 if let Some(&PackedKind::Access(site)) = kind
-                    && site < defined
+                    && let Some(previous) = last.get_mut(site as usize)
                 {
-                    // `defined <= last.len()` (ensured above): in bounds.
-                    let prev = std::mem::replace(&mut last[site as usize], value);
+                    let prev = std::mem::replace(previous, value);
                     len += unsafe { put_access_raw(dst, recent, site, value.wrapping_sub(prev) as i64) };
                     next += 1;
                     continue;
