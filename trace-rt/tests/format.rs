@@ -901,6 +901,25 @@ fn a_writer_dropped_unfinished_leaves_every_chunk_written() {
     assert_eq!(records.len(), events.len());
 }
 
+/// A writer dropped with events still buffered (a recorder that failed
+/// between flushes) writes them: the file reads as a truncated trace with
+/// every event pushed.
+#[test]
+fn a_writer_dropped_unflushed_writes_what_it_buffered() {
+    let (sites, events) = sample();
+    let mut out = Vec::new();
+    {
+        let mut w = TraceWriter::new(&mut out, &metadata()).expect("header");
+        sites.iter().for_each(|s| {
+            w.add_site(*s);
+        });
+        events.iter().for_each(|(t, e)| w.push(*t, e).expect("push"));
+    }
+    let (records, end, read_sites) = read_all(&out).expect("reads");
+    assert!(end.is_truncated(), "{end:?}");
+    assert_eq!((records.len(), read_sites), (events.len(), sites));
+}
+
 proptest! {
     /// Packed events encode to the bytes their events do, one at a time; a
     /// record of another kind, or an access of a site not defined, stops the

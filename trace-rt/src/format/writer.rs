@@ -20,8 +20,10 @@ const DEFAULT_ZSTD_LEVEL: i32 = 3;
 ///
 /// Events are buffered per thread and written as one compressed chunk when a
 /// thread's buffer reaches the chunk target, on [`TraceWriter::flush`], and on
-/// [`TraceWriter::finish`]. Sites and modules added since the last chunk are
-/// always written before the events that may refer to them.
+/// [`TraceWriter::finish`] (or when the writer is dropped unfinished: the
+/// file is then a truncated trace with every event pushed). Sites and
+/// modules added since the last chunk are always written before the events
+/// that may refer to them.
 pub struct TraceWriter<W: Write> {
     output: ChunkOutput<W>,
     threads: Vec<ThreadBuffer>,
