@@ -17,8 +17,8 @@ pub struct RecordTable {
     kinds: Vec<RecordKind>,
     tags: HashMap<RecordKind, u16>,
     /// Per tag: what the trace writer encodes a record of it as, in its
-    /// tight loop (plain accesses, calls with a known target, returns), or
-    /// `PackedKind::Other` for the records converted here.
+    /// tight loop (plain accesses, calls, an indirect call's target,
+    /// returns), or `PackedKind::Other` for the records converted here.
     packed: Vec<PackedKind>,
     /// `packed` as handed to the writer; made again after it grew.
     shared: Option<Arc<[PackedKind]>>,
@@ -141,8 +141,8 @@ impl Converter {
         Ok(())
     }
 
-    /// Converts record `index`, one that is not a plain access in a run
-    /// (or any record while a call's target is awaited).
+    /// Converts record `index`, one the sink did not take (or any record
+    /// while a call's or jump's target is awaited).
     fn other<S: EventSink>(
         &mut self,
         index: usize,
