@@ -125,20 +125,17 @@ impl Converter {
         // encoding by tag, and stops at the first record of another kind,
         // which is converted here. Each record is read once.
         let mut index = 0;
-        while index < records.len() {
+        loop {
             if self.awaiting_target.is_none() {
                 let run = sink.leading_events(&records[index..])?;
                 self.accesses += (run.taken - run.flow) as u64;
                 self.last_callsite = run.last_callsite.unwrap_or(self.last_callsite);
                 index += run.taken;
-                let Some(&record) = records.get(index) else { break };
-                self.other(index, record, table, function_starts, sink)?;
-            } else {
-                self.other(index, records[index], table, function_starts, sink)?;
             }
+            let Some(&record) = records.get(index) else { return Ok(()) };
+            self.other(index, record, table, function_starts, sink)?;
             index += 1;
         }
-        Ok(())
     }
 
     /// Converts record `index`, one the sink did not take (or any record
@@ -260,7 +257,7 @@ mod tests {
     use crate::rewrite::layout::Flow;
 
     fn rec(table: &mut RecordTable, kind: RecordKind, value: u64) -> u64 {
-        (value & ((1 << 48) - 1)) | (u64::from(table.tag(kind).expect("tag")) << 48)
+        trace_rt::format::pack_access(table.tag(kind).expect("tag"), value)
     }
 
     /// A sink that unpacks runs of packed events as the trace writer

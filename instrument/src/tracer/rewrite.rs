@@ -746,6 +746,27 @@ impl Tracer {
         }
     }
 
+    /// The instructions of the block at `pc`: up to its first control
+    /// transfer or system call, an allocator's entry, or
+    /// `MAX_BLOCK_INSTRUCTIONS`.
+    fn decode_block(&mut self, tid: Tid, pc: u64) -> Result<Vec<DecodedInstruction>, InstrumentError> {
+        let mut insns = Vec::new();
+        let mut at = pc;
+        while insns.len() < MAX_BLOCK_INSTRUCTIONS {
+            let Some(insn) = self.instruction(tid, at)?.cloned() else { break };
+            at += u64::from(insn.len);
+            // A block ends at a system call too: it may not return
+            // (rt_sigreturn, exit, execve), and the instructions after it,
+            // counted with the block, would never run.
+            let ends = insn.flow != FlowControl::Next || insn.syscall;
+            insns.push(insn);
+            if ends || self.allocator_entries.contains_key(&at) {
+                break;
+            }
+        }
+        Ok(insns)
+    }
+
     /// The translation of the code at `pc`, made now if needed.
     fn translate(&mut self, tid: Tid, pc: u64) -> Result<u64, InstrumentError> {
         if let Some(&t) = self.rewriter.translated.get(&pc) {
@@ -754,22 +775,12 @@ impl Tracer {
         let allocator = self.allocator_entries.get(&pc).copied();
         let mut insns: Vec<DecodedInstruction> = Vec::new();
         if allocator.is_none() {
-            let mut at = pc;
+            // The window lives for this block only: breakpoints may change
+            // before the next translation.
             self.code_window = Some(CodeWindow::new());
-            while insns.len() < MAX_BLOCK_INSTRUCTIONS {
-                let decoded = self.instruction(tid, at).map(|i| i.cloned());
-                let Some(insn) = decoded.inspect_err(|_| self.code_window = None)? else { break };
-                at += u64::from(insn.len);
-                // A block ends at a system call too: it may not return
-                // (rt_sigreturn, exit, execve), and the instructions after
-                // it, counted with the block, would never run.
-                let ends = insn.flow != FlowControl::Next || insn.syscall;
-                insns.push(insn);
-                if ends || self.allocator_entries.contains_key(&at) {
-                    break;
-                }
-            }
+            let decoded = self.decode_block(tid, pc);
             self.code_window = None;
+            insns = decoded?;
             if insns.is_empty() {
                 return Err(InstrumentError::Ptrace {
                     what: "translating code linetrace cannot decode",
