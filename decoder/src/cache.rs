@@ -275,7 +275,7 @@ impl CacheLevel {
             line_shift: geometry.line_size.trailing_zeros(),
             set_mask: sets - 1,
             ways: geometry.ways as usize,
-            lines: vec![EMPTY; (sets * u64::from(geometry.ways)) as usize],
+            lines: crate::huge_pages::filled_vec((sets * u64::from(geometry.ways)) as usize, EMPTY),
         }
     }
 

@@ -34,6 +34,7 @@ pub mod heap;
 pub mod heap_bins;
 pub mod heap_raster;
 pub mod heap_scene;
+mod huge_pages;
 pub mod inspect;
 mod line_positions;
 pub mod line_table;

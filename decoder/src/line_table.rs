@@ -145,7 +145,7 @@ impl<V: Copy + Default> LineTable<V> {
     }
 
     fn grow(&mut self) {
-        let doubled = vec![(EMPTY, V::default()); self.slots.len() * 2];
+        let doubled = crate::huge_pages::filled_vec(self.slots.len() * 2, (EMPTY, V::default()));
         let old = std::mem::replace(&mut self.slots, doubled);
         self.len = 0;
         for (line, value) in old.into_iter().filter(|(k, _)| *k != EMPTY) {

@@ -218,6 +218,30 @@ fn read_all_with_damage(bytes: &[u8]) -> Result<ReadBack, FormatError> {
     Ok((out, end, r.sites().to_vec(), r.damage().to_vec()))
 }
 
+/// As [`read_all_with_damage`], through the decoding pass's fast path:
+/// accesses by `next_access`, the rest by `next_record`.
+fn read_all_accesses_first(bytes: &[u8]) -> Result<ReadBack, FormatError> {
+    let mut r = TraceReader::new(bytes)?;
+    let mut out = Vec::new();
+    loop {
+        if let Some((thread, site, addr)) = r.next_access() {
+            out.push(Record { thread, event: Event::Access { site, addr } });
+            continue;
+        }
+        let Some(rec) = r.next_record()? else { break };
+        out.push(rec);
+    }
+    let end = r.end().cloned().expect("end known after the last record");
+    Ok((out, end, r.sites().to_vec(), r.damage().to_vec()))
+}
+
+/// Both ways of reading `bytes` tell the same (errors included).
+fn assert_fast_path_agrees(bytes: &[u8], what: &str) {
+    let slow = format!("{:?}", read_all_with_damage(bytes));
+    let fast = format!("{:?}", read_all_accesses_first(bytes));
+    assert!(slow == fast, "{what}: next_access then next_record read\n{fast}\nnext_record alone\n{slow}");
+}
+
 /// Events of one thread keep their order; threads may interleave differently.
 fn per_thread(records: &[(u32, Event)]) -> std::collections::BTreeMap<u32, Vec<Event>> {
     let mut m = std::collections::BTreeMap::<u32, Vec<Event>>::new();
@@ -334,6 +358,7 @@ fn flipped_bytes_are_errors_or_reported_damage() {
     for i in 0..bytes.len() {
         let mut b = bytes.clone();
         b[i] ^= 0x5a;
+        assert_fast_path_agrees(&b, &format!("flip at {i}"));
         if (10..16).contains(&i) {
             // Flags and reserved bytes of the file header: no meaning yet.
             assert_eq!(read_all(&b).expect("reads").0, full);
@@ -560,6 +585,7 @@ fn check_fixture(name: &str, version: u16, sites: &[Site], events: &[(u32, Event
     assert_eq!(r.strings(), &["/bin/true".to_string()]);
     assert_eq!(r.metadata(), &metadata());
     assert!(r.damage().is_empty());
+    assert_fast_path_agrees(&bytes, name);
 }
 
 /// Version-2 fixtures, kept forever: the reader must always read them

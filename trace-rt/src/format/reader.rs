@@ -10,7 +10,7 @@ use super::varint::Cursor;
 use super::writer::StringTable;
 use super::{
     CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkDecoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES,
-    Metadata, Module, OLDEST_VERSION, Site, ThreadId, Trailer, VERSION,
+    Metadata, Module, OLDEST_VERSION, Site, SiteId, ThreadId, Trailer, VERSION,
 };
 
 /// Most strings a string table may hold.
@@ -352,6 +352,23 @@ impl<R: Read> TraceReader<R> {
             }
             self.next_chunk()?;
         }
+    }
+
+    /// The next event if it is an [`Event::Access`] of the chunk being read:
+    /// (thread, site, address). `None` when it is another event, a
+    /// malformed one, or the chunk's end: [`Self::next_record`] then
+    /// returns it (or the error, or goes on to the next chunk). So a
+    /// record from a new chunk always comes from `next_record`.
+    ///
+    /// The decoding pass's fast path (see [`ChunkDecoder::next_access`]):
+    /// `while let Some(a) = reader.next_access() { .. }`, then one
+    /// `next_record`, again.
+    #[inline(always)]
+    pub fn next_access(&mut self) -> Option<(ThreadId, SiteId, u64)> {
+        let mut c = Cursor::new(self.raw.get(self.pos..)?);
+        let (site, addr) = self.decoder.next_access(&mut c, &self.sites)?;
+        self.pos += c.position();
+        Some((self.thread, site, addr))
     }
 
     /// Reads the next chunk and takes in what it carries (or notes the end,

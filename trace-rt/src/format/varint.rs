@@ -51,6 +51,7 @@ pub(crate) unsafe fn put_raw(dst: *mut u8, mut value: u64) -> usize {
 
 /// A cursor over an event payload. Every read is bounds-checked: a corrupt
 /// payload yields `None`, never a panic.
+#[derive(Clone, Copy)]
 pub struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
