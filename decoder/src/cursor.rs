@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::io::BufReader;
 
-use trace_rt::format::{FormatError, TraceReader};
+use trace_rt::format::{Event, FormatError, TraceReader};
 
 use crate::DecodeError;
 use crate::calltree::{CallTreeBuilder, apply_control};
@@ -135,42 +135,68 @@ impl<'m, S: LineStore> ColumnCursor<'m, S> {
     pub fn next_access(&mut self, observer: &mut impl LineObserver) -> Result<Option<Step>, DecodeError> {
         // Past the last read the walk goes on: writes after it (a function
         // that crashed right after a store) have column `model.columns`.
-        while let Some(rec) = self.reader.next_record()? {
-            if !on_timeline(self.model.timeline, rec.thread, &rec.event) {
-                continue;
-            }
-            match access_of(&rec.event, self.reader.sites())? {
-                Some(access) => {
-                    if access.reads && self.column >= self.model.columns {
-                        // Every read the model counted is walked: a read
-                        // beyond them would be a column it has no data for.
-                        return Ok(None);
-                    }
-                    if let Some(calls) = self.calls.as_mut() {
-                        if access.writes {
-                            calls.write(rec.thread);
-                        }
-                        if access.reads {
-                            calls.read(rec.thread);
-                        }
-                    }
-                    if !access.reads {
-                        return Ok(Some(Step::Write { thread: rec.thread, access }));
-                    }
-                    self.set.read(access.addr, access.size, observer);
-                    let read = ColumnRead { column: self.column, thread: rec.thread, access };
-                    self.column += 1;
-                    return Ok(Some(Step::Read(read)));
-                }
-                None => {
-                    if let Some(calls) = self.calls.as_mut() {
-                        apply_control(calls, rec.thread, &rec.event, self.column);
-                    }
-                }
+        loop {
+            // Accesses come the fast way (`TraceReader::next_access`), the
+            // rest from `next_record`.
+            let taken = match self.reader.next_access() {
+                Some((thread, site, addr)) => self.take(thread, &Event::Access { site, addr }, observer)?,
+                None => match self.reader.next_record()? {
+                    Some(rec) => self.take(rec.thread, &rec.event, observer)?,
+                    None => return Ok(None),
+                },
+            };
+            match taken {
+                Taken::Step(step) => return Ok(Some(step)),
+                Taken::End => return Ok(None),
+                Taken::Next => {}
             }
         }
-        Ok(None)
     }
+
+    /// One event of `thread`: an access is a step, a control event feeds
+    /// the frame builder.
+    #[inline(always)]
+    fn take(&mut self, thread: u32, event: &Event, observer: &mut impl LineObserver) -> Result<Taken, DecodeError> {
+        if !on_timeline(self.model.timeline, thread, event) {
+            return Ok(Taken::Next);
+        }
+        let Some(access) = access_of(event, self.reader.sites())? else {
+            if let Some(calls) = self.calls.as_mut() {
+                apply_control(calls, thread, event, self.column);
+            }
+            return Ok(Taken::Next);
+        };
+        if access.reads && self.column >= self.model.columns {
+            // Every read the model counted is walked: a read beyond them
+            // would be a column it has no data for.
+            return Ok(Taken::End);
+        }
+        if let Some(calls) = self.calls.as_mut() {
+            if access.writes {
+                calls.write(thread);
+            }
+            if access.reads {
+                calls.read(thread);
+            }
+        }
+        if !access.reads {
+            return Ok(Taken::Step(Step::Write { thread, access }));
+        }
+        self.set.read(access.addr, access.size, observer);
+        let read = ColumnRead { column: self.column, thread, access };
+        self.column += 1;
+        Ok(Taken::Step(Step::Read(read)))
+    }
+}
+
+/// What one event does to a walk.
+enum Taken {
+    /// Nothing to hand out: go on.
+    Next,
+    /// An access to hand out.
+    Step(Step),
+    /// The walk is over.
+    End,
 }
 
 /// One access, as [`ColumnCursor::next_access`] hands it out.
