@@ -13,7 +13,7 @@
 //! The event stage sends the accesses in order, in batches, with
 //! allocation, snapshot and thread-change markers between them; each batch
 //! is shared by the two other stages, which take what they need from it.
-//! On a miss-heavy trace the three take about a sixth, two fifths and two
+//! On a miss-heavy trace the three take about an eighth, two fifths and two
 //! fifths of the pass's CPU time, so on two cores the pass is bound by the
 //! cores, not by one stage (with the cache simulation, and later the reuse
 //! distances, on the event thread, that thread was the bound). The lookups
