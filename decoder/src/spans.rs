@@ -407,6 +407,30 @@ fn sort_by_line(present: &mut [(u64, u32)], packed: &mut Vec<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::working_set::FastWorkingSet;
+
+    /// A line that left the set during a span counts in the row its
+    /// address holds at the span's end: the number of lines present then
+    /// below it, its own row when it came back. Line A (read 64 bytes at a
+    /// time) leaves and comes back, line B (1 byte) leaves, line C (1 byte)
+    /// stays: row 0 (A) holds only A's cells, row 1 (C) C's and B's.
+    #[test]
+    fn departed_lines_count_in_the_row_their_address_holds_at_the_end() {
+        let config = WorkingSetConfig { line_size: 64, max_age: 2, max_rows: 16 };
+        let mut set = FastWorkingSet::new(config);
+        let mut acc = SpanAccumulator::new(&mut set, 0, |_, _| false);
+        let (a, b, c) = (100 * 64, 200 * 64, 300 * 64);
+        for (column, (addr, size)) in [(a, 64), (b, 1), (c, 1), (a, 64)].into_iter().enumerate() {
+            acc.begin_column(column as u64);
+            set.read(addr, size, &mut acc);
+            acc.end_column(&mut set, |_, _| false);
+        }
+        assert_eq!(set.len(), 2, "A (back) and C are in the set, B left");
+        let span = acc.close_span(&mut set);
+        let bytes_fraction = |row: usize| span.rows[row].means.fresh_bytes / span.rows[row].means.fresh;
+        assert_eq!(bytes_fraction(0), 1.0, "row 0: A's cells, before it left and since it came back");
+        assert_eq!(bytes_fraction(1), 1.0 / 64.0, "row 1: C's cells and B's, which left");
+    }
 
     #[test]
     fn lines_sort_the_same_packed_or_not() {
