@@ -646,7 +646,7 @@ impl ChunkDecoder {
     /// The fields of an [`Event::Access`] record whose tag (`TAG_ACCESS`,
     /// or a recent-site tag in a file with recent sites) was just read:
     /// the one rule of both [`Self::next`] and [`Self::next_access`].
-    /// Changes nothing when it fails.
+    /// When it fails, the decoder's state is as before (only `c` moved).
     #[inline(always)]
     fn plain_access(&mut self, tag: u8, c: &mut Cursor<'_>, sites: &[Site]) -> Result<(SiteId, u64), &'static str> {
         const CUT: &str = "event record cut short";
