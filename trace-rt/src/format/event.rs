@@ -634,8 +634,7 @@ impl ChunkDecoder {
     pub fn next_access(&mut self, c: &mut Cursor<'_>, sites: &[Site]) -> Option<(SiteId, u64)> {
         let mut ahead = *c;
         let tag = ahead.u8()?;
-        let is_access = tag == TAG_ACCESS || (tag >= TAG_RECENT_ACCESS && self.recent_sites);
-        if !is_access {
+        if !self.is_plain_access(tag) {
             return None;
         }
         let access = self.plain_access(tag, &mut ahead, sites).ok()?;
@@ -643,8 +642,15 @@ impl ChunkDecoder {
         Some(access)
     }
 
-    /// The fields of an [`Event::Access`] record whose tag (`TAG_ACCESS`,
-    /// or a recent-site tag in a file with recent sites) was just read:
+    /// Whether `tag` starts an [`Event::Access`] record: `TAG_ACCESS`, or a
+    /// recent-site tag in a file with recent sites.
+    #[inline(always)]
+    fn is_plain_access(&self, tag: u8) -> bool {
+        tag == TAG_ACCESS || (tag >= TAG_RECENT_ACCESS && self.recent_sites)
+    }
+
+    /// The fields of an [`Event::Access`] record whose tag
+    /// ([`Self::is_plain_access`]) was just read:
     /// the one rule of both [`Self::next`] and [`Self::next_access`].
     /// When it fails, the decoder's state is as before (only `c` moved).
     #[inline(always)]
@@ -658,10 +664,7 @@ impl ChunkDecoder {
             let delta = c.i64().ok_or(CUT)?;
             return Ok((site, self.deltas.advance(site, delta)));
         }
-        let site = c.u32().ok_or(CUT)?;
-        if !sites.get(site as usize).is_some_and(Site::is_defined) {
-            return Err("access refers to an undefined site");
-        }
+        let site = defined_site(c, sites)?;
         let delta = c.i64().ok_or(CUT)?;
         let addr = self.deltas.advance(site, delta);
         if self.recent_sites {
@@ -674,24 +677,13 @@ impl ChunkDecoder {
     fn next_record(&mut self, c: &mut Cursor<'_>, sites: &[Site]) -> Result<Option<Event>, &'static str> {
         const CUT: &str = "event record cut short";
         let tag = c.u8().ok_or(CUT)?;
-        let site_id = |c: &mut Cursor<'_>| -> Result<SiteId, &'static str> {
-            let s = c.u32().ok_or(CUT)?;
-            match sites.get(s as usize) {
-                Some(site) if site.is_defined() => Ok(s),
-                _ => Err("access refers to an undefined site"),
-            }
-        };
         let ev = match tag {
-            TAG_RECENT_ACCESS.. if self.recent_sites => {
-                let (site, addr) = self.plain_access(tag, c, sites)?;
-                Event::Access { site, addr }
-            }
-            TAG_ACCESS => {
+            _ if self.is_plain_access(tag) => {
                 let (site, addr) = self.plain_access(tag, c, sites)?;
                 Event::Access { site, addr }
             }
             TAG_ACCESS_SIZED => {
-                let site = site_id(c)?;
+                let site = defined_site(c, sites)?;
                 let delta = c.i64().ok_or(CUT)?;
                 let addr = self.deltas.advance(site, delta);
                 Event::AccessSized { site, addr, size: c.u64().ok_or(CUT)? }
@@ -799,6 +791,18 @@ pub(crate) fn encode_sites(first_id: SiteId, sites: &[Site]) -> Vec<u8> {
 /// Most sites one file may define: a site id past it is corruption (and
 /// would make the reader's table huge).
 pub const MAX_SITES: u32 = 1 << 26;
+
+/// An access record's site id, read from `c`: an error unless `sites`
+/// defines it.
+#[inline(always)]
+fn defined_site(c: &mut Cursor<'_>, sites: &[Site]) -> Result<SiteId, &'static str> {
+    let site = c.u32().ok_or("event record cut short")?;
+    if sites.get(site as usize).is_some_and(Site::is_defined) {
+        Ok(site)
+    } else {
+        Err("access refers to an undefined site")
+    }
+}
 
 /// Decodes a raw `Sites` chunk payload into `table`. In a v1 file the sites
 /// follow the ones already defined; a v2 chunk says where they start, which
