@@ -233,14 +233,16 @@ fn a_trace_without_events_exports_empty() {
 /// stop at the last read and leave them out of every format.
 #[test]
 fn writes_after_the_last_read_are_exported() {
-    use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+    use trace_rt::format::{AccessKind, Event, Implied, Metadata, Site, TraceWriter, Trailer};
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("export-last-write");
     std::fs::create_dir_all(&dir).expect("dir");
     let trace = dir.join("store-last.lntrace");
     let mut w =
         TraceWriter::new(std::fs::File::create(&trace).expect("create"), &Metadata::new("test")).expect("header");
-    let read = w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-    let write = w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 8, count: 1 });
+    let read =
+        w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
+    let write =
+        w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 8, count: 1, implied: Implied::NONE });
     w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
     w.push(1, &Event::Access { site: read, addr: 0x5000 }).expect("push");
     w.push(1, &Event::Access { site: write, addr: 0x6000 }).expect("push");

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use trace_rt::format::{AccessKind, Event, MappedRange, Metadata, Module, Site, TraceWriter, Trailer};
+use trace_rt::format::{AccessKind, Event, Implied, MappedRange, Metadata, Module, Site, TraceWriter, Trailer};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("hardening").join(format!("{name}-{}", std::process::id()));
@@ -200,7 +200,14 @@ fn trace_with_modules(path: &Path, modules: &[(&Path, u64)]) {
     w.add_modules(&list);
     w.push(1, &Event::InvocationStart { index: 0, pc: modules[0].1, sp: 0x8000 }).expect("push");
     for &(_, start) in modules {
-        let site = w.add_site(Site { pc: start + 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+        let site = w.add_site(Site {
+            pc: start + 0x10,
+            len: 4,
+            kind: AccessKind::Read,
+            size: 8,
+            count: 1,
+            implied: Implied::NONE,
+        });
         w.push(1, &Event::Call { callsite: 0, target: start + 0x10, sp: 0x7ff8 }).expect("push");
         w.push(1, &Event::Access { site, addr: 0x5000 }).expect("push");
         w.push(1, &Event::Return { sp: 0x8000 }).expect("push");
@@ -258,7 +265,7 @@ fn a_corrupt_middle_chunk_is_reported() {
     let file = std::fs::File::create(&trace).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     w.set_chunk_target(200);
-    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
     w.push(1, &Event::InvocationStart { index: 0, pc: 0x10, sp: 0x8000 }).expect("push");
     for i in 0..2000u64 {
         w.push(1, &Event::Access { site, addr: 0x5000 + 8 * (i * 7 % 512) }).expect("push");

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Metadata, Site, TraceWriter, Trailer};
+use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
 /// A small deterministic generator (xorshift64*).
 struct Rng(u64);
@@ -36,8 +36,10 @@ fn synthetic(path: &Path) {
     let file = std::fs::File::create(path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("fuzz")).expect("header");
     w.set_chunk_target(256);
-    let read = w.add_site(Site { pc: 0x1010, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-    let write = w.add_site(Site { pc: 0x1020, len: 4, kind: AccessKind::Write, size: 16, count: 1 });
+    let read =
+        w.add_site(Site { pc: 0x1010, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
+    let write =
+        w.add_site(Site { pc: 0x1020, len: 4, kind: AccessKind::Write, size: 16, count: 1, implied: Implied::NONE });
     for t in [7u32, 8] {
         w.push(t, &Event::InvocationStart { index: t, pc: 0x1000, sp: 0x8000 }).expect("push");
     }

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+use trace_rt::format::{AccessKind, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
 /// Builds `examples/c/NAME.c` into `dir` with `gcc -O2 -g` and `flags`.
 pub fn build_c_example(name: &str, dir: &Path, flags: &[&str]) -> std::path::PathBuf {
@@ -39,9 +39,12 @@ pub enum Pattern {
 pub fn write_trace(path: &Path, reads: u64, pattern: Pattern) {
     let file = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
     let mut w = TraceWriter::new(file, &Metadata::new("synthetic")).expect("header");
-    let sweep = w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 16, count: 1 });
-    let store = w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 16, count: 1 });
-    let table = w.add_site(Site { pc: 0x1010, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let sweep =
+        w.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 16, count: 1, implied: Implied::NONE });
+    let store =
+        w.add_site(Site { pc: 0x1004, len: 4, kind: AccessKind::Write, size: 16, count: 1, implied: Implied::NONE });
+    let table =
+        w.add_site(Site { pc: 0x1010, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
     let t = 1;
     w.push(t, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x7fff_0000 }).expect("push");
     let array = 0x10_0000_0000u64;

@@ -3,7 +3,7 @@
 use decoder::model::{DecodeOptions, Model};
 use decoder::raster::{BitmapView, ColourBy, Palette, cell_colour, rasterize_bitmap, rasterize_exact};
 use decoder::working_set::WorkingSetConfig;
-use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Metadata, Site, TraceWriter, Trailer};
+use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
 /// Writes a trace of `reads` (address, size) as 64-byte-site reads of one
 /// invocation, with small chunks; returns its path.
@@ -16,7 +16,14 @@ fn write_trace(reads: &[(u64, u32)], finish: bool, chunk: usize) -> tempfile::Te
     w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
     for &(addr, size) in reads {
         let site = *sites.entry(size).or_insert_with(|| {
-            w.add_site(Site { pc: 0x1000 + u64::from(size), len: 4, kind: AccessKind::Read, size, count: 1 })
+            w.add_site(Site {
+                pc: 0x1000 + u64::from(size),
+                len: 4,
+                kind: AccessKind::Read,
+                size,
+                count: 1,
+                implied: Implied::NONE,
+            })
         });
         w.push(1, &Event::Access { site, addr }).expect("push");
     }
@@ -176,8 +183,9 @@ fn distinct_lines_per_thread() {
     let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
     w.set_chunk_target(64);
-    let read = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-    let write = w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Write, size: 8, count: 1 });
+    let read = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
+    let write =
+        w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Write, size: 8, count: 1, implied: Implied::NONE });
     w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
     // Thread 1: lines 0 and 1, several times; thread 2: lines 1, 2, 3 and
     // a write of line 4; the threads' chunks interleave.
@@ -220,7 +228,7 @@ fn reads_fall_into_allocations() {
     let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let file = std::fs::File::create(&path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
-    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
     let alloc = |kind, size, ptr_in, ptr_out| {
         Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite: 0x20 })
     };
@@ -288,8 +296,10 @@ fn fast_rasteriser_equals_the_per_cell_reference() {
     let file = std::fs::File::create(&path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     w.set_chunk_target(300);
-    let small = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-    let wide = w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Read, size: 40, count: 1 });
+    let small =
+        w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
+    let wide =
+        w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Read, size: 40, count: 1, implied: Implied::NONE });
     let alloc = |kind, size, ptr_in, ptr_out| {
         Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite: 0x30 })
     };
@@ -401,7 +411,7 @@ fn write_two_threads(path: &std::path::Path, only_thread_1: bool) -> usize {
     let file = std::fs::File::create(path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     w.set_chunk_target(256);
-    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+    let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
     if !only_thread_1 {
         let malloc =
             Allocation { kind: AllocKind::Malloc, size: 4096, align: 0, ptr_in: 0, ptr_out: 0x10000, callsite: 0x20 };

@@ -7,7 +7,7 @@ use decoder::raster::{BitmapView, ColourBy, Palette, RenderOptions, rasterize_bi
 use decoder::symbols::Symbolizer;
 use decoder::tables::{Grouping, access_table, allocation_table};
 use proptest::prelude::*;
-use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Metadata, Site, TraceWriter, Trailer};
+use trace_rt::format::{AccessKind, AllocKind, Allocation, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
 fn value() -> impl Strategy<Value = u64> {
     prop_oneof![any::<u64>(), 0u64..4096, (u64::MAX - 4096)..=u64::MAX, Just(0x7fff_0000u64)]
@@ -45,7 +45,7 @@ proptest! {
         let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("test")).expect("header");
         w.set_chunk_target(64);
         for (i, &size) in sizes.iter().enumerate() {
-            w.add_site(Site { pc: 0x1000 + i as u64, len: 4, kind: [AccessKind::Read, AccessKind::Write, AccessKind::Modify][i % 3], size, count: 1 });
+            w.add_site(Site { pc: 0x1000 + i as u64, len: 4, kind: [AccessKind::Read, AccessKind::Write, AccessKind::Modify][i % 3], size, count: 1, implied: Implied::NONE });
         }
         let n = sizes.len() as u32;
         for (thread, e) in events {
@@ -93,7 +93,7 @@ fn a_huge_access_is_a_clear_error() {
     let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let mut w =
         TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("test")).expect("header");
-    let site = w.add_site(Site { pc: 1, len: 2, kind: AccessKind::Read, size: 1, count: 1 });
+    let site = w.add_site(Site { pc: 1, len: 2, kind: AccessKind::Read, size: 1, count: 1, implied: Implied::NONE });
     w.push(1, &Event::AccessSized { site, addr: 0, size: u64::MAX }).expect("push");
     w.finish(&Trailer::default()).expect("finish");
     let err = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).err().expect("rejected");

@@ -8,7 +8,7 @@ use decoder::raster::{BitmapView, ColourBy, Palette, rasterize_exact, rasterize_
 use decoder::spans::SpanAccumulator;
 use decoder::working_set::{Departure, HashedLines, SortedLines, WorkingSetConfig};
 use proptest::prelude::*;
-use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+use trace_rt::format::{AccessKind, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
 /// A trace of reads: a sweep mixed with scattered reads over `spread`
 /// lines, some straddling lines, frames every so often; then `hot` reads
@@ -21,8 +21,10 @@ fn trace_with_hot_tail(seed: u64, reads: u64, spread: u64, chunk: usize, hot: u6
     let path = tempfile::NamedTempFile::new().expect("temp").into_temp_path();
     let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
     w.set_chunk_target(chunk);
-    let small = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
-    let wide = w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Read, size: 40, count: 1 });
+    let small =
+        w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
+    let wide =
+        w.add_site(Site { pc: 0x20, len: 4, kind: AccessKind::Read, size: 40, count: 1, implied: Implied::NONE });
     w.push(1, &Event::InvocationStart { index: 0, pc: 0x100, sp: 0x8000 }).expect("push");
     let mut s = seed | 1;
     let mut depth = 0u64;

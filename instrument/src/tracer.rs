@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use decoder::symbols::elf::scan_functions;
 use decoder::symbols::{ElfSymbols, SymbolError, SymbolPaths};
 use iced_x86::{FlowControl, InstructionInfoFactory};
-use trace_rt::format::{AllocKind, Event, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason};
+use trace_rt::format::{AllocKind, Event, Implied, Metadata, Site, TargetExit, TraceWriter, Trailer, TruncationReason};
 
 use crate::decode::{self, DecodedInstruction, MAX_INSTRUCTION_LEN};
 use crate::entry::{self, FunctionSpec, LoadedModule, Plan, Resolved};
@@ -870,8 +870,14 @@ impl Tracer {
                 return Ok(None);
             };
             for op in insn.operands.iter_mut() {
-                op.site =
-                    self.writer.add_site(Site { pc, len: insn.len, kind: op.kind, size: op.size, count: op.elements });
+                op.site = self.writer.add_site(Site {
+                    pc,
+                    len: insn.len,
+                    kind: op.kind,
+                    size: op.size,
+                    count: op.elements,
+                    implied: Implied::NONE,
+                });
             }
             self.code.insert(pc, insn);
         }

@@ -9,11 +9,11 @@
 //! recording allocator calls.
 //!
 //! ```
-//! use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceReader, TraceWriter, Trailer};
+//! use trace_rt::format::{AccessKind, Event, Metadata, Implied, Site, TraceReader, TraceWriter, Trailer};
 //!
 //! let mut bytes = Vec::new();
 //! let mut writer = TraceWriter::new(&mut bytes, &Metadata::new("ptrace-singlestep"))?;
-//! let site = writer.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+//! let site = writer.add_site(Site { pc: 0x1000, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
 //! writer.push(1, &Event::Access { site, addr: 0x7000 })?;
 //! writer.finish(&Trailer::default())?;
 //!

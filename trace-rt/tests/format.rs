@@ -2,9 +2,9 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Damage, Event, FormatError, MappedRange, Metadata,
-    Module, PackedKind, PackedRun, Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter, Trailer,
-    TruncationReason, pack_access, unpack_access,
+    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Damage, Event, FormatError, Implied, ImpliedAccess,
+    MappedRange, Metadata, Module, PackedKind, PackedRun, Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter,
+    Trailer, TruncationReason, pack_access, unpack_access,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
@@ -14,6 +14,7 @@ fn site_strategy() -> impl Strategy<Value = Site> {
         kind: [AccessKind::Read, AccessKind::Write, AccessKind::Modify][k as usize],
         size,
         count,
+        implied: Implied::NONE,
     })
 }
 
@@ -159,7 +160,7 @@ impl Packer {
     fn pack(&mut self, e: &Event) -> bool {
         let fits = |v: u64| unpack_access(pack_access(0, v)).1 == v;
         let packed = match *e {
-            Event::Access { site, addr } if fits(addr) => vec![(PackedKind::Access(site), addr)],
+            Event::Access { site, addr } if fits(addr) => vec![(PackedKind::Access(site, 0), addr)],
             Event::Call { callsite, target, sp } if fits(sp) && callsite % 2 == 0 => {
                 vec![(PackedKind::Call { callsite, target }, sp)]
             }
@@ -179,7 +180,7 @@ impl Packer {
                     self.kinds.len() - 1
                 }
             };
-            self.flow += usize::from(!matches!(kind, PackedKind::Access(_)));
+            self.flow += usize::from(!matches!(kind, PackedKind::Access(..)));
             self.records.push(pack_access(tag as u16 ^ 0x5a5a, value));
         }
         true
@@ -264,6 +265,35 @@ fn with_defined_sites(sites: &[Site], events: Vec<(u32, Event)>) -> Vec<(u32, Ev
         .collect()
 }
 
+/// `sites` where every third one implies accesses of sites below it (as a
+/// recorder defines them: the implied sites first), at offsets of either
+/// sign.
+fn with_implied(mut sites: Vec<Site>) -> Vec<Site> {
+    for i in (3..sites.len()).step_by(3) {
+        let implied = &mut sites[i].implied;
+        implied.push(ImpliedAccess { site: (i - 1) as u32, offset: 8 });
+        if i % 2 == 0 {
+            implied.push(ImpliedAccess { site: 0, offset: -4096 });
+        }
+    }
+    sites
+}
+
+/// What a reader hands out for `events` (the slow reference): each access
+/// followed by the accesses its site implies.
+fn expand(sites: &[Site], events: &[(u32, Event)]) -> Vec<(u32, Event)> {
+    let mut out = Vec::new();
+    for &(t, e) in events {
+        out.push((t, e));
+        if let Event::Access { site, addr } = e {
+            for a in sites[site as usize].implied.as_slice() {
+                out.push((t, Event::Access { site: a.site, addr: addr.wrapping_add(i64::from(a.offset) as u64) }));
+            }
+        }
+    }
+    out
+}
+
 /// Reads `bytes` back: undamaged, the same sites, ended by `trailer`, each
 /// thread's events in order.
 fn assert_reads_back(bytes: &[u8], sites: &[Site], events: &[(u32, Event)], trailer: Trailer) {
@@ -284,10 +314,12 @@ proptest! {
         chunk in 1usize..512,
         run in 1usize..40,
     ) {
+        let sites = with_implied(sites);
         let events = with_defined_sites(&sites, events);
         let trailer = Trailer { exit: Some(TargetExit::Code(3)), truncated: None };
         let bytes = write_packed(&sites, &events, &trailer, chunk, run);
-        assert_reads_back(&bytes, &sites, &events, trailer);
+        assert_reads_back(&bytes, &sites, &expand(&sites, &events), trailer);
+        assert_fast_path_agrees(&bytes, "packed");
     }
 
     #[test]
@@ -296,10 +328,11 @@ proptest! {
         events in prop::collection::vec((0u32..3, event_strategy(20)), 0..300),
         chunk in 1usize..512,
     ) {
+        let sites = with_implied(sites);
         let events = with_defined_sites(&sites, events);
         let trailer = Trailer { exit: Some(TargetExit::Code(3)), truncated: None };
         let bytes = write(&sites, &events, &trailer, chunk);
-        assert_reads_back(&bytes, &sites, &events, trailer);
+        assert_reads_back(&bytes, &sites, &expand(&sites, &events), trailer);
     }
 
     #[test]
@@ -312,8 +345,8 @@ proptest! {
 
 fn sample() -> (Vec<Site>, Vec<(u32, Event)>) {
     let sites = vec![
-        Site { pc: 0x11f8, len: 4, kind: AccessKind::Read, size: 16, count: 1 },
-        Site { pc: 0x1205, len: 4, kind: AccessKind::Write, size: 16, count: 1 },
+        Site { pc: 0x11f8, len: 4, kind: AccessKind::Read, size: 16, count: 1, implied: Implied::NONE },
+        Site { pc: 0x1205, len: 4, kind: AccessKind::Write, size: 16, count: 1, implied: Implied::NONE },
     ];
     let mut events = vec![(7, Event::InvocationStart { index: 0, pc: 0x11e0, sp: 0x7ff0 })];
     for i in 0..2000u64 {
@@ -353,10 +386,15 @@ fn every_cut_reads_a_prefix_and_says_truncated() {
 #[test]
 fn flipped_bytes_are_errors_or_reported_damage() {
     let (sites, events) = sample();
-    let bytes = write(&sites, &events, &Trailer::default(), 600);
-    let (full, ..) = read_all(&bytes).expect("intact file");
+    check_flipped_bytes(&write(&sites, &events, &Trailer::default(), 600));
+    check_flipped_bytes(&write(&implied_sites(), &implied_events(), &Trailer::default(), 64));
+}
+
+/// Every byte of `bytes` flipped: an error, or damage reported.
+fn check_flipped_bytes(bytes: &[u8]) {
+    let (full, ..) = read_all(bytes).expect("intact file");
     for i in 0..bytes.len() {
-        let mut b = bytes.clone();
+        let mut b = bytes.to_vec();
         b[i] ^= 0x5a;
         assert_fast_path_agrees(&b, &format!("flip at {i}"));
         if (10..16).contains(&i) {
@@ -580,7 +618,7 @@ fn check_fixture(name: &str, version: u16, sites: &[Site], events: &[(u32, Event
     let mut r = TraceReader::new(&bytes[..]).expect("header");
     let got: Vec<(u32, Event)> =
         std::iter::from_fn(|| r.next_record().expect("record")).map(|r| (r.thread, r.event)).collect();
-    assert_eq!(got, events);
+    assert_eq!(got, expand(sites, events));
     assert_eq!(r.sites(), sites);
     assert_eq!(r.strings(), &["/bin/true".to_string()]);
     assert_eq!(r.metadata(), &metadata());
@@ -640,12 +678,43 @@ fn reads_the_version_5_fixture() {
     events.push((7, Event::InvocationSkipped { pc: 0x11e0 }));
     // Sites 1 and 129 share a recent-site slot: a loop over them and site
     // 0 has short forms, and long ones where a site took the other's slot.
-    sites.extend((2..130).map(|i| Site { pc: 0x2000 + 4 * i, len: 4, kind: AccessKind::Read, size: 8, count: 1 }));
+    sites.extend((2..130).map(|i| Site {
+        pc: 0x2000 + 4 * i,
+        len: 4,
+        kind: AccessKind::Read,
+        size: 8,
+        count: 1,
+        implied: Implied::NONE,
+    }));
     for i in 0..40u64 {
         events.push((7, Event::Access { site: 0, addr: 0x7000 + 8 * i }));
         events.push((7, Event::Access { site: if i % 3 == 0 { 129 } else { 1 }, addr: 0x9000 + 4 * i }));
     }
     check_fixture("v5-work.lntrace", 5, &sites, &events);
+}
+
+/// Version-6 fixture, kept forever (written with LINETRACE_BLESS=1 when
+/// missing): accesses implying others.
+#[test]
+fn reads_the_version_6_fixture() {
+    let (sites, mut events) = sample();
+    events.extend(flow_events());
+    events.extend(allocation_events().into_iter().map(|(_, e)| (7, e)));
+    let mut sites: Vec<Site> = sites.into_iter().chain(implied_sites()).collect();
+    // `implied_sites` numbers its sites from 0; here they follow the two of
+    // `sample`.
+    for s in &mut sites[2..] {
+        let mut renumbered = Implied::NONE;
+        for a in s.implied.as_slice() {
+            renumbered.push(ImpliedAccess { site: a.site + 2, offset: a.offset });
+        }
+        s.implied = renumbered;
+    }
+    events.extend(implied_events().into_iter().map(|(t, e)| match e {
+        Event::Access { site, addr } => (t, Event::Access { site: site + 2, addr }),
+        e => (t, e),
+    }));
+    check_fixture("v6-work.lntrace", 6, &sites, &events);
 }
 
 /// v5 writes an access of a site seen recently in the chunk in its short
@@ -654,8 +723,9 @@ fn reads_the_version_5_fixture() {
 /// turn, and both decode back the same.
 #[test]
 fn accesses_of_recent_sites_take_two_bytes() {
-    let sites: Vec<Site> =
-        (0..300).map(|i| Site { pc: 0x1000 + 4 * i, len: 4, kind: AccessKind::Read, size: 8, count: 1 }).collect();
+    let sites: Vec<Site> = (0..300)
+        .map(|i| Site { pc: 0x1000 + 4 * i, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE })
+        .collect();
     let size = |events: &[(u32, Event)]| {
         let mut encoder = trace_rt::format::ChunkEncoder::new();
         events.iter().for_each(|(_, e)| encoder.push(e));
@@ -672,6 +742,70 @@ fn accesses_of_recent_sites_take_two_bytes() {
     for events in [strided, clashing] {
         assert_reads_back(&write(&sites, &events, &Trailer::default(), 1000), &sites, &events, Trailer::default());
     }
+}
+
+/// Sites 0-2 plain; 3 is site 0 implying an access of site 1 at the same
+/// address (a load, then a store of it: `x[i] += y`); 4 is site 2 implying
+/// site 1 eight bytes on and site 0 eight bytes back.
+fn implied_sites() -> Vec<Site> {
+    let plain = |pc, kind| Site { pc, len: 4, kind, size: 8, count: 1, implied: Implied::NONE };
+    let mut sites = vec![plain(0x10, AccessKind::Read), plain(0x14, AccessKind::Write), plain(0x18, AccessKind::Read)];
+    let mut load = sites[0];
+    load.implied.push(ImpliedAccess { site: 1, offset: 0 });
+    let mut three = sites[2];
+    three.implied.push(ImpliedAccess { site: 1, offset: 8 });
+    three.implied.push(ImpliedAccess { site: 0, offset: -8 });
+    sites.extend([load, three]);
+    sites
+}
+
+/// Accesses of [`implied_sites`] with calls and returns between them.
+fn implied_events() -> Vec<(u32, Event)> {
+    let mut events = Vec::new();
+    for i in 0..200u64 {
+        events.push((7, Event::Access { site: 3, addr: 0x5000 + 8 * i }));
+        events.push((7, Event::Access { site: 2, addr: 0x9000 + 64 * i }));
+        if i % 10 == 0 {
+            events.push((7, Event::Call { callsite: 0x20, target: 0x40, sp: 0x7f00 }));
+            events.push((7, Event::Access { site: 4, addr: 0x6000 + 24 * i }));
+            events.push((7, Event::Return { sp: 0x7f08 }));
+        }
+    }
+    events
+}
+
+/// v6 reads an access of a site that implies others as that access, then
+/// each implied one at its offset, in order; in chunks of any size (an
+/// implying access may be the last of its chunk), through `next_record`
+/// alone or the fast path first.
+#[test]
+fn implied_accesses_come_right_after_the_access_implying_them() {
+    let (sites, events) = (implied_sites(), implied_events());
+    let expanded = expand(&sites, &events);
+    assert_eq!(expanded.len(), events.len() + 200 + 2 * 20);
+    assert_eq!(expanded[1], (7, Event::Access { site: 1, addr: 0x5000 }));
+    for chunk in [1, 7, 64, 4096] {
+        let bytes = write(&sites, &events, &Trailer::default(), chunk);
+        assert_reads_back(&bytes, &sites, &expanded, Trailer::default());
+        assert_fast_path_agrees(&bytes, &format!("chunks of {chunk} bytes"));
+    }
+}
+
+/// A site implying an access of a site the table does not define is damage
+/// of the chunk that uses it: never a panic, never an access of an
+/// undefined site.
+#[test]
+fn implied_accesses_of_undefined_sites_are_damage() {
+    let plain = Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE };
+    let mut implying = plain;
+    implying.implied.push(ImpliedAccess { site: 9, offset: 0 });
+    let events = [(1, Event::Access { site: 1, addr: 0x100 }), (1, Event::Access { site: 0, addr: 0x200 })];
+    let bytes = write(&[plain, implying], &events, &Trailer::default(), 4096);
+    let (records, _, _, damage) = read_all_with_damage(&bytes).expect("reads");
+    assert_eq!(damage.len(), 1, "{damage:?}");
+    assert!(damage[0].what.contains("undefined site"), "{damage:?}");
+    assert!(records.iter().all(|r| !matches!(r.event, Event::Access { site: 9, .. })), "{records:?}");
+    assert_fast_path_agrees(&bytes, "undefined implied site");
 }
 
 /// v4 stores allocator calls as differences to the calls before them: a
@@ -719,7 +853,7 @@ fn decode_payload(raw: &[u8], sites: &[Site]) -> Vec<Event> {
 /// of their v2 size before compression.
 #[test]
 fn repeated_calls_take_a_few_bytes_each() {
-    let sites = [Site { pc: 0x10, len: 2, kind: AccessKind::Read, size: 4, count: 1 }];
+    let sites = [Site { pc: 0x10, len: 2, kind: AccessKind::Read, size: 4, count: 1, implied: Implied::NONE }];
     let mut encoder = trace_rt::format::ChunkEncoder::new();
     let mut sp = 0x7ffe_f000u64;
     for i in 0..1000u64 {
@@ -747,7 +881,7 @@ fn repeated_calls_take_a_few_bytes_each() {
 /// Extension records of kinds a reader does not know are skipped.
 #[test]
 fn unknown_extension_records_are_skipped() {
-    let sites = [Site { pc: 0x10, len: 2, kind: AccessKind::Read, size: 4, count: 1 }];
+    let sites = [Site { pc: 0x10, len: 2, kind: AccessKind::Read, size: 4, count: 1, implied: Implied::NONE }];
     // 0x20: a one-byte delta, so the access record is 3 bytes.
     let events = [(1, Event::Access { site: 0, addr: 0x20 }), (1, Event::Return { sp: 8 })];
     let bytes = write(&sites, &events, &Trailer::default(), 1 << 20);
@@ -807,12 +941,16 @@ fn event_threads_come_from_the_chunk_headers() {
 #[test]
 fn a_packed_run_stops_at_other_records_and_refuses_undefined_sites() {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header");
-    w.add_site(Site { pc: 0x1000, len: 3, kind: AccessKind::Read, size: 4, count: 1 });
-    let kinds =
-        [PackedKind::Access(0), PackedKind::Other, PackedKind::Access(7), PackedKind::IndirectCall { callsite: 9 }];
+    w.add_site(Site { pc: 0x1000, len: 3, kind: AccessKind::Read, size: 4, count: 1, implied: Implied::NONE });
+    let kinds = [
+        PackedKind::Access(0, 0),
+        PackedKind::Other,
+        PackedKind::Access(7, 0),
+        PackedKind::IndirectCall { callsite: 9 },
+    ];
     let records = [pack_access(0, 0x10), pack_access(0, 0x20), pack_access(1, 0), pack_access(0, 0x30)];
     let run = w.push_packed(1, &records, &kinds).expect("two accesses");
-    assert_eq!(run, PackedRun { taken: 2, flow: 0, last_callsite: None });
+    assert_eq!(run, PackedRun { taken: 2, flow: 0, last_callsite: None, implied: 0 });
     let beyond = [pack_access(0, 0x10), pack_access(9, 0x20)];
     assert_eq!(w.push_packed(1, &beyond, &kinds).expect("one access").taken, 1, "a tag beyond the table");
     let lone_call = [pack_access(3, 0x7ff0), pack_access(0, 0x10)];
@@ -958,8 +1096,8 @@ proptest! {
         // Tags 0..4 are accesses of sites 3, 0, 2, 1; tag 4 of an undefined
         // site; tag 5 is beyond the table...
         let kinds = [
-            PackedKind::Access(3), PackedKind::Access(0), PackedKind::Access(2), PackedKind::Access(1),
-            PackedKind::Access(9), PackedKind::Other,
+            PackedKind::Access(3, 0), PackedKind::Access(0, 0), PackedKind::Access(2, 0), PackedKind::Access(1, 0),
+            PackedKind::Access(9, 0), PackedKind::Other,
             // ...6..10: calls, returns and indirect calls with their targets...
             PackedKind::Return, PackedKind::Call { callsite: 0x401000, target: 0x402000 },
             PackedKind::IndirectCall { callsite: 0x401100 }, PackedKind::CallTarget,
@@ -986,8 +1124,8 @@ proptest! {
             }
             let (tag, value) = unpack_access(p);
             let event = match kinds.get(usize::from(tag)) {
-                Some(&PackedKind::Access(site)) if site < 4 => Event::Access { site, addr: value },
-                Some(&PackedKind::Access(_)) => break Err(tag),
+                Some(&PackedKind::Access(site, _)) if site < 4 => Event::Access { site, addr: value },
+                Some(&PackedKind::Access(..)) => break Err(tag),
                 Some(&PackedKind::Call { callsite, target }) => Event::Call { callsite, target, sp: value },
                 Some(&PackedKind::IndirectCall { callsite }) => match packed.get(n + 1).map(|&t| unpack_access(t)) {
                     Some((9, target)) => Event::Call { callsite, target, sp: value },

@@ -185,7 +185,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use trace_rt::format::{AccessKind, Event, Metadata, Site, TraceWriter, Trailer};
+    use trace_rt::format::{AccessKind, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
     /// The end of a decoding wakes the window (frames are half a second
     /// apart while loading), and the next frame takes the model in.
@@ -194,7 +194,8 @@ mod tests {
         let path = std::env::temp_dir().join(format!("linetrace-session-{}.lntrace", std::process::id()));
         let mut w =
             TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
-        let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1 });
+        let site =
+            w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
         w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
         for i in 0..100u64 {
             w.push(1, &Event::Access { site, addr: i * 8 }).expect("push");

@@ -15,9 +15,9 @@ use std::collections::HashSet;
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, CodeSize, FlowControl, IcedError, Instruction, InstructionBlock,
-    InstructionInfoFactory, MemoryOperand, OpKind, Register, UsedMemory,
+    InstructionInfoFactory, MemoryOperand, OpAccess, OpKind, Register, UsedMemory,
 };
-use trace_rt::format::AllocKind;
+use trace_rt::format::{AllocKind, IMPLIED_MOST, Implied, ImpliedAccess, Site, SiteId};
 
 use super::layout::{Flow, RecordKind, TABLE, slot};
 use crate::decode::DecodedInstruction;
@@ -56,6 +56,10 @@ pub enum CodegenError {
     /// More distinct record kinds than a 16-bit tag can name.
     #[error("more than 65535 distinct memory-access sites in one recording (use --backend ptrace)")]
     TooManyTags,
+    /// An access was left to be implied by another, but the tags could not
+    /// define the site saying so (a bug: `Tags::defines_sites` lied).
+    #[error("no site could say which accesses the access at {0:#x} implies")]
+    NoImplyingSite(u64),
     /// iced-x86 refused an instruction (a bug here, or an instruction it
     /// cannot move).
     #[error("cannot encode the translation of the block at {pc:#x}")]
@@ -72,6 +76,58 @@ pub enum CodegenError {
 pub trait Tags {
     /// The tag of `kind`, made on first use.
     fn tag(&mut self, kind: RecordKind) -> Result<u16, CodegenError>;
+
+    /// The id of `site`, an access that implies others
+    /// ([`Site::implied`]), defined in the trace on first use; `None` when
+    /// these tags cannot define sites (then every access is recorded).
+    fn implying_site(&mut self, _implying: Implying) -> Option<SiteId> {
+        None
+    }
+
+    /// Whether [`Self::implying_site`] defines sites.
+    fn defines_sites(&self) -> bool {
+        false
+    }
+}
+
+/// An access that implies others, as block translation found it.
+#[derive(Clone, Copy, Debug)]
+pub struct Implying {
+    /// Its site, with what it implies.
+    pub site: Site,
+    /// The instructions of the accesses it implies.
+    pub pcs: [u64; IMPLIED_MOST],
+    /// The site of the same access implying nothing.
+    pub plain: SiteId,
+}
+
+/// The access a block's next accesses may be implied by: the last one
+/// recorded, while the registers of its address are unchanged.
+struct Anchor {
+    /// Base, index, scale and segment of its address.
+    registers: (Register, Register, u32, Register),
+    displacement: i64,
+    /// What it implies so far.
+    implying: Implying,
+    /// Where its record's tag is stored (`out` index), rewritten when it
+    /// implies accesses.
+    tag_at: usize,
+    /// Indexes in `boundaries` of the instructions since its own, not yet
+    /// inside its window.
+    since: Vec<usize>,
+}
+
+/// Whether an access of `op` can imply or be implied: one element at a
+/// 64-bit address from registers (the fs base, rip and rep ranges are not
+/// worth it).
+fn can_imply(insn: &DecodedInstruction, op: &crate::decode::MemoryOperand) -> bool {
+    let e = &op.expr;
+    op.elements == 1
+        && !insn.rep_string
+        && e.address_size() == CodeSize::Code64
+        && !matches!(e.segment(), Register::FS | Register::GS)
+        && e.base() != Register::RIP
+        && (e.base() != Register::None || e.index() != Register::None)
 }
 
 /// Where the shared routines of the code cache are.
@@ -102,6 +158,10 @@ pub struct Encoded {
     /// nothing of the instruction has run, so a signal may interrupt the
     /// thread there as if at the original instruction.
     pub boundaries: Vec<u32>,
+    /// The `boundaries` inside an implying access's window (after its
+    /// instruction, up to its last implied one): not places to deliver a
+    /// signal at, since the trace already holds the accesses to come.
+    pub inside_windows: Vec<u32>,
     /// Offsets of special points: the miss trap of a dispatcher.
     pub marks: Vec<u32>,
     /// Instructions recorded approximately (gathers, scatters).
@@ -131,6 +191,8 @@ struct Emitter {
     originals: Vec<(usize, u64)>,
     /// Indexes in `out` where an original instruction's code begins.
     boundaries: Vec<usize>,
+    /// Indexes in `boundaries` inside windows of implying accesses.
+    inside_windows: Vec<usize>,
     marks: Vec<usize>,
 }
 
@@ -160,6 +222,7 @@ impl Emitter {
             stubs: Vec::new(),
             originals: Vec::new(),
             boundaries: Vec::new(),
+            inside_windows: Vec::new(),
             marks: vec![],
         }
     }
@@ -256,6 +319,7 @@ impl Emitter {
             exits: self.stubs.iter().map(|&(i, t)| (offsets[i], t)).collect(),
             pcs: self.originals.iter().map(|&(i, p)| (offsets[i], p)).collect(),
             boundaries: self.boundaries.iter().map(|&i| offsets[i]).collect(),
+            inside_windows: self.inside_windows.iter().map(|&b| offsets[self.boundaries[b]]).collect(),
             marks: self.marks.iter().map(|&i| offsets[i]).collect(),
             approximations,
         })
@@ -355,6 +419,7 @@ struct Translator<'a, 'b> {
     /// Taken conditional branches into functions: (label, branch, target).
     taken_into_functions: Vec<(u64, u64, u64)>,
     approximations: u32,
+    anchor: Option<Anchor>,
 }
 
 impl<'a, 'b> Translator<'a, 'b> {
@@ -366,10 +431,13 @@ impl<'a, 'b> Translator<'a, 'b> {
             exits: Vec::new(),
             taken_into_functions: Vec::new(),
             approximations: 0,
+            anchor: None,
         }
     }
 
+    /// Appends a record (which ends the anchor's window).
     fn record(&mut self, value: Register, tmp: Register, kind: RecordKind) -> Built {
+        self.close_anchor()?;
         let tag = self.tags.tag(kind)?;
         self.e.record(value, tmp, tag)
     }
@@ -405,6 +473,38 @@ impl<'a, 'b> Translator<'a, 'b> {
         Ok(())
     }
 
+    /// Ends the current anchor's window: when it implies accesses, its
+    /// record gets the tag of a site saying so.
+    fn close_anchor(&mut self) -> Built {
+        let Some(anchor) = self.anchor.take() else { return Ok(()) };
+        if anchor.implying.site.implied.is_empty() {
+            return Ok(());
+        }
+        let pc = anchor.implying.site.pc;
+        let site = self.tags.implying_site(anchor.implying).ok_or(CodegenError::NoImplyingSite(pc))?;
+        let tag = self.tags.tag(RecordKind::Access(site))?;
+        self.e.out[anchor.tag_at].set_immediate16(tag);
+        Ok(())
+    }
+
+    /// Whether `op` is implied by the anchor (then noted in it and in its
+    /// window) instead of recorded.
+    fn implied(&mut self, insn: &DecodedInstruction, op: &crate::decode::MemoryOperand) -> bool {
+        let Some(anchor) = self.anchor.as_mut() else { return false };
+        let e = &op.expr;
+        let offset = (e.displacement() as i64).wrapping_sub(anchor.displacement);
+        let same = anchor.registers == (e.base(), e.index(), e.scale(), e.segment());
+        let Ok(offset) = i32::try_from(offset) else { return false };
+        let implying = &mut anchor.implying;
+        let n = implying.site.implied.len();
+        if !same || !can_imply(insn, op) || !implying.site.implied.push(ImpliedAccess { site: op.site, offset }) {
+            return false;
+        }
+        implying.pcs[n] = insn.instr.ip();
+        self.e.inside_windows.append(&mut anchor.since);
+        true
+    }
+
     fn exit_to(&mut self, target: u64) -> Built {
         let l = self.e.label();
         self.exits.push((l, target));
@@ -430,8 +530,25 @@ impl<'a, 'b> Translator<'a, 'b> {
             return Err(CodegenError::UsesGs(ip));
         }
         self.e.boundaries.push(self.e.out.len());
+        if let Some(anchor) = self.anchor.as_mut() {
+            anchor.since.push(self.e.boundaries.len() - 1);
+        }
         let (a, b) = scratch_pair(&instr, factory);
-        let spilled = !insn.operands.is_empty() || count.is_some() || insn.syscall || insn.flow != FlowControl::Next;
+        // Operands the anchor implies are not recorded (when the tags can
+        // define the sites that say so).
+        // Once one operand is recorded the others are too: what an anchor
+        // implies comes right after its record.
+        let mut implied = vec![false; insn.operands.len()];
+        if self.tags.defines_sites() {
+            for (i, op) in insn.operands.iter().enumerate() {
+                if !self.implied(insn, op) {
+                    break;
+                }
+                implied[i] = true;
+            }
+        }
+        let recorded = implied.iter().filter(|&&i| !i).count();
+        let spilled = recorded > 0 || count.is_some() || insn.syscall || insn.flow != FlowControl::Next;
         if spilled {
             self.e.spill(a, slot::SPILL_A)?;
             self.e.spill(b, slot::SPILL_B)?;
@@ -453,13 +570,48 @@ impl<'a, 'b> Translator<'a, 'b> {
             self.e.lea(Register::RSP, at(Register::RSP, 128))?;
             self.record(a, b, RecordKind::RepFlags)?;
         } else {
-            for op in &insn.operands {
+            for (op, _) in insn.operands.iter().zip(&implied).filter(|(_, i)| !**i) {
                 if op.elements > 1 {
                     self.vector_elements(op, a, b)?;
                     continue;
                 }
                 address_of(&mut self.e, &op.expr, a, b, self.ctx.fsgsbase)?;
                 self.record(a, b, RecordKind::Access(op.site))?;
+                if self.tags.defines_sites() && can_imply(insn, op) {
+                    let e = &op.expr;
+                    self.anchor = Some(Anchor {
+                        registers: (e.base(), e.index(), e.scale(), e.segment()),
+                        displacement: e.displacement() as i64,
+                        implying: Implying {
+                            site: Site {
+                                pc: ip,
+                                len: insn.len,
+                                kind: op.kind,
+                                size: op.size,
+                                count: op.elements,
+                                implied: Implied::NONE,
+                            },
+                            pcs: [0; IMPLIED_MOST],
+                            plain: op.site,
+                        },
+                        // The tag's store is the third of a record's five.
+                        tag_at: self.e.out.len() - 3,
+                        since: Vec::new(),
+                    });
+                }
+            }
+        }
+        // An anchor whose address registers this instruction writes (or
+        // may write) implies nothing after it.
+        if let Some(anchor) = &self.anchor {
+            let (base, index, ..) = anchor.registers;
+            let writes = factory.info(&instr).used_registers().iter().any(|u| {
+                let r = u.register().full_register();
+                (r == base || r == index)
+                    && !matches!(u.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::NoMemAccess)
+            });
+            if writes || insn.flow != FlowControl::Next || insn.syscall {
+                self.close_anchor()?;
             }
         }
         if insn.syscall {
@@ -607,6 +759,7 @@ pub fn translate_block(
             break;
         }
     }
+    t.close_anchor().map_err(with_pc)?;
     if !ended {
         let next = insns.last().map(|i| i.instr.next_ip()).unwrap_or(pc);
         t.exit_to(next).map_err(with_pc)?;
@@ -762,6 +915,81 @@ mod tests {
         let encoded =
             translate_block(&insns, at, &ctx, &mut table, &mut InstructionInfoFactory::new()).expect("translates");
         (encoded, table)
+    }
+
+    /// Translates `bytes` with tags that define implying sites (as the
+    /// tracer's do); returns the code, the table, and the sites defined.
+    fn translate_implying(bytes: &[u8], pc: u64, at: u64) -> (Encoded, RecordTable, Vec<Site>) {
+        let starts = HashSet::new();
+        let routines = Routines { dispatch: at + 0x10000, miss: 0, alloc_return: 0, alloc_return_stored: 0 };
+        let ctx = Context { function_starts: &starts, routines, fsgsbase: true };
+        let mut table = RecordTable::default();
+        let insns = block(bytes, pc);
+        let plain = insns.iter().map(|i| i.operands.len()).sum::<usize>() as SiteId;
+        let mut defined = Vec::new();
+        let mut define = |s: Site| {
+            defined.push(s);
+            plain + defined.len() as SiteId - 1
+        };
+        let mut tags = crate::rewrite::records::DefiningTags { table: &mut table, define: &mut define };
+        let encoded =
+            translate_block(&insns, at, &ctx, &mut tags, &mut InstructionInfoFactory::new()).expect("translates");
+        (encoded, table, defined)
+    }
+
+    /// The record kinds the code of `encoded` stores, in order.
+    fn stored_kinds(encoded: &Encoded, table: &RecordTable) -> Vec<RecordKind> {
+        let mut decoder = Decoder::with_ip(64, &encoded.code, 0, DecoderOptions::NONE);
+        let mut kinds = Vec::new();
+        while decoder.can_decode() {
+            let i = decoder.decode();
+            if i.code() == Code::Mov_rm16_imm16 && i.memory_displacement64() == 6 {
+                kinds.extend(table.kind(i.immediate16()));
+            }
+        }
+        kinds
+    }
+
+    /// mov ecx,[rdi]; mov eax,ecx; cdq; idiv esi; mov [rdi+4],eax;
+    /// mov eax,[rdi+8]; mov rdi,rax; mov [rdi],eax; ret — a load and a
+    /// store of one base register (`p[1] = p[0] / d`), then a third; a
+    /// write to the register ends what its accesses imply.
+    const SAME_BASE: &[u8] = &[
+        0x8b, 0x0f, // mov ecx,[rdi]
+        0x89, 0xc8, // mov eax,ecx
+        0x99, // cdq
+        0xf7, 0xfe, // idiv esi
+        0x89, 0x47, 0x04, // mov [rdi+4],eax
+        0x8b, 0x47, 0x08, // mov eax,[rdi+8]
+        0x48, 0x89, 0xc7, // mov rdi,rax
+        0x89, 0x07, // mov [rdi],eax
+        0xc3, // ret
+    ];
+
+    #[test]
+    fn accesses_of_an_unchanged_base_register_are_implied_by_the_first() {
+        let (pc, at) = (0x40_1000, 0x40_0000_0000);
+        let (encoded, table, defined) = translate_implying(SAME_BASE, pc, at);
+        // Sites 0..5 are the operands in order (4: the return's load of
+        // its address); 5 is the one defined: site 0 implying the store
+        // (site 1, 4 bytes on) and the load of site 2 (8 on). After
+        // `mov rdi,rax` the store through rdi is recorded.
+        assert_eq!(defined.len(), 1, "{defined:?}");
+        let implied: Vec<(SiteId, i32)> = defined[0].implied.as_slice().iter().map(|a| (a.site, a.offset)).collect();
+        assert_eq!(implied, vec![(1, 4), (2, 8)]);
+        assert_eq!((defined[0].pc, defined[0].kind), (pc, trace_rt::format::AccessKind::Read));
+        let kinds = stored_kinds(&encoded, &table);
+        let accesses = [RecordKind::Access(5), RecordKind::Access(3), RecordKind::Access(4)];
+        assert_eq!(kinds, [&accesses[..], &[RecordKind::Return]].concat());
+        assert_eq!(table.implied_len(5), 2);
+        // No signal is delivered inside the window: at the four
+        // instructions after the load, up to the load of site 2.
+        assert_eq!(encoded.inside_windows, encoded.boundaries[1..6].to_vec());
+        // Without tags that define sites, every access is recorded.
+        let (encoded, table) = translate(SAME_BASE, pc, at);
+        let accesses = stored_kinds(&encoded, &table).iter().filter(|k| matches!(k, RecordKind::Access(_))).count();
+        assert_eq!(accesses, 5);
+        assert!(encoded.inside_windows.is_empty());
     }
 
     /// mov eax,[rip+0x10]; add [rdi+rcx*4+8],eax; cmp [rsp],rax;

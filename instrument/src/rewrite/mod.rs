@@ -20,6 +20,19 @@
 //!   thread block, the operand's address is taken with `lea` (fs-relative
 //!   ones add `rdfsbase`), an 8-byte record (48-bit value, 16-bit tag) is
 //!   stored, the cursor bumped with `lea`.
+//! - Accesses a block's previous record implies are not recorded: an
+//!   operand with the same base, index and scale as the last recorded
+//!   access of the block (registers not written since, nothing recorded
+//!   since) is at a fixed offset from it, so that access's record gets the
+//!   tag of a site that says so (`trace_rt::format::Site::implied`: up to
+//!   four) and the reader hands the others out after it. `x[i] += y`, or
+//!   `p->next` after `p->value`, writes one record, not two (a third less
+//!   to record and encode in a blocked matrix multiply). The window from
+//!   the record to the last access it implies has no signal boundary, and
+//!   a fault inside it cuts what the record implies to the accesses before
+//!   the faulting instruction (`RecordTable::cut_before`). Approximation: a
+//!   thread stopped for good inside a window (SIGKILL) has the rest of the
+//!   window's implied accesses in the trace.
 //! - Direct branches exit through stubs that trap to linetrace once and are
 //!   then patched into jumps; returns and indirect branches look the original
 //!   target up in the dispatch table (flag-free: `lea` + `jrcxz`) and trap

@@ -5,9 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use trace_rt::format::{AllocKind, Event, PackedKind, PackedRun, SiteId};
+use trace_rt::format::{AllocKind, Event, PackedKind, PackedRun, Site, SiteId};
 
-use super::codegen::{CodegenError, Tags};
+use super::codegen::{CodegenError, Implying, Tags};
 use super::layout::{self, RecordKind};
 use crate::event_rules;
 
@@ -22,6 +22,34 @@ pub struct RecordTable {
     packed: Vec<PackedKind>,
     /// `packed` as handed to the writer; made again after it grew.
     shared: Option<Arc<[PackedKind]>>,
+    /// Sites defined for accesses that imply others, by what they are.
+    implying: HashMap<Site, SiteId>,
+    /// Each such site: what it is, the instructions of the accesses it
+    /// implies, and the site of the same access implying nothing.
+    implying_sites: HashMap<SiteId, Implying>,
+}
+
+/// A [`RecordTable`] whose implying sites are defined through `define`
+/// (the trace writer's `add_site`): what block translation needs.
+pub struct DefiningTags<'a> {
+    /// The table.
+    pub table: &'a mut RecordTable,
+    /// Defines a site in the trace, returning its id.
+    pub define: &'a mut dyn FnMut(Site) -> SiteId,
+}
+
+impl Tags for DefiningTags<'_> {
+    fn tag(&mut self, kind: RecordKind) -> Result<u16, CodegenError> {
+        self.table.tag(kind)
+    }
+
+    fn implying_site(&mut self, implying: Implying) -> Option<SiteId> {
+        Some(self.table.implying_site(implying, self.define))
+    }
+
+    fn defines_sites(&self) -> bool {
+        true
+    }
 }
 
 impl Tags for RecordTable {
@@ -33,7 +61,7 @@ impl Tags for RecordTable {
         self.kinds.push(kind);
         self.tags.insert(kind, t);
         self.packed.push(match kind {
-            RecordKind::Access(site) => PackedKind::Access(site),
+            RecordKind::Access(site) => PackedKind::Access(site, self.implied_len(site) as u8),
             RecordKind::Call { callsite, target: Some(target) } => PackedKind::Call { callsite, target },
             RecordKind::Call { callsite, target: None } => PackedKind::IndirectCall { callsite },
             // A jump's target too: the writer takes it only after a call.
@@ -47,6 +75,40 @@ impl Tags for RecordTable {
 }
 
 impl RecordTable {
+    /// The id of an implying access's site, defined with `define` the
+    /// first time.
+    pub fn implying_site(&mut self, implying: Implying, define: &mut dyn FnMut(Site) -> SiteId) -> SiteId {
+        if let Some(&id) = self.implying.get(&implying.site) {
+            return id;
+        }
+        let id = define(implying.site);
+        self.implying.insert(implying.site, id);
+        self.implying_sites.insert(id, implying);
+        id
+    }
+
+    /// How many accesses an access of `site` implies.
+    pub fn implied_len(&self, site: SiteId) -> usize {
+        self.implying_sites.get(&site).map_or(0, |i| i.site.implied.len())
+    }
+
+    /// The site an access of `site` stands for when the instruction at
+    /// `faulted` faulted inside its window: one implying only the accesses
+    /// before that instruction. `None` when that is `site` itself.
+    pub fn cut_before(&mut self, site: SiteId, faulted: u64, define: &mut dyn FnMut(Site) -> SiteId) -> Option<SiteId> {
+        let mut cut = *self.implying_sites.get(&site)?;
+        let n = cut.site.implied.len();
+        let keep = cut.pcs[..n].iter().take_while(|&&pc| pc < faulted).count();
+        if keep == n {
+            return None;
+        }
+        if keep == 0 {
+            return Some(cut.plain);
+        }
+        cut.site.implied.truncate(keep);
+        Some(self.implying_site(cut, define))
+    }
+
     /// The kind a tag stands for.
     pub fn kind(&self, tag: u16) -> Option<RecordKind> {
         self.kinds.get(usize::from(tag)).copied()
@@ -128,7 +190,7 @@ impl Converter {
         loop {
             if self.awaiting_target.is_none() {
                 let run = sink.leading_events(&records[index..])?;
-                self.accesses += (run.taken - run.flow) as u64;
+                self.accesses += (run.taken - run.flow + run.implied) as u64;
                 self.last_callsite = run.last_callsite.unwrap_or(self.last_callsite);
                 index += run.taken;
             }
@@ -157,7 +219,7 @@ impl Converter {
         }
         match kind {
             RecordKind::Access(site) => {
-                self.accesses += 1;
+                self.accesses += 1 + table.implied_len(site) as u64;
                 push(&Event::Access { site, addr: value })?;
             }
             RecordKind::RepStart { site, size } => self.rep.starts.push((site, size, value)),
@@ -278,7 +340,7 @@ mod tests {
             };
             while let Some(&record) = records.get(run.taken) {
                 let (event, n) = match kind(record) {
-                    (PackedKind::Access(site), addr) => (Event::Access { site, addr }, 1),
+                    (PackedKind::Access(site, _), addr) => (Event::Access { site, addr }, 1),
                     (PackedKind::Call { callsite, target }, sp) => (Event::Call { callsite, target, sp }, 1),
                     (PackedKind::IndirectCall { callsite }, sp) => match records.get(run.taken + 1).map(|&r| kind(r)) {
                         Some((PackedKind::CallTarget, target)) => (Event::Call { callsite, target, sp }, 2),

@@ -17,9 +17,9 @@ use super::{CodeWindow, FLUSH_EVERY, InvocationEnd, Tracer, raised_by_int3};
 use crate::decode::DecodedInstruction;
 use crate::error::ptrace_err;
 use crate::event_rules;
-use crate::rewrite::codegen::{self, CodegenError, Context, Routines, STUB_BYTES};
+use crate::rewrite::codegen::{self, CodegenError, Context, Routines, STUB_BYTES, Tags};
 use crate::rewrite::layout::{self, RecordKind, slot};
-use crate::rewrite::records::{Converter, EventSink, RecordTable};
+use crate::rewrite::records::{Converter, DefiningTags, EventSink, RecordTable};
 use crate::rewrite::region::SharedRegion;
 use crate::sys::{self, Regs, Stop, Tid};
 use crate::{InstrumentError, interrupt};
@@ -58,6 +58,14 @@ struct ThreadStream {
     read_from: u64,
     /// The instruction counter's value when last read.
     count_taken: u64,
+}
+
+/// The instruction at original address `pc` faulted (it did not run).
+#[derive(Clone, Copy)]
+pub(super) struct Fault {
+    pub(super) pc: u64,
+    /// At a boundary inside an implying access's window.
+    pub(super) in_window: bool,
 }
 
 /// Records taken from a thread's buffer (the thread was stopped) and not
@@ -126,6 +134,10 @@ pub(super) struct Rewriter {
     /// Per thread, the signal frames whose pc linetrace made the original
     /// one, innermost last.
     presented: HashMap<Tid, Vec<PresentedFrame>>,
+    /// Boundaries inside the window of an implying access (see
+    /// `codegen::Encoded::inside_windows`): a fault there cuts what the last
+    /// record implies.
+    inside_windows: HashSet<u64>,
     /// Signal trampolines that handlers return into (never in a dispatch
     /// table, so that the return traps).
     trampolines: HashSet<u64>,
@@ -532,7 +544,7 @@ impl Tracer {
     /// Converts the records `tid` wrote so far into events, after those
     /// taken before. With `faulted`, records of that instruction at the end
     /// (it did not run) are dropped.
-    fn drain(&mut self, tid: Tid, faulted: Option<u64>) -> Result<(), InstrumentError> {
+    fn drain(&mut self, tid: Tid, faulted: Option<Fault>) -> Result<(), InstrumentError> {
         self.convert_taken()?;
         match self.take_records(tid) {
             Some(taken) => self.convert(taken, faulted),
@@ -588,7 +600,7 @@ impl Tracer {
 
     /// Converts taken records into events. With `faulted`, records of that
     /// instruction at the end (it did not run) are dropped.
-    fn convert(&mut self, taken: TakenRecords, faulted: Option<u64>) -> Result<(), InstrumentError> {
+    fn convert(&mut self, taken: TakenRecords, faulted: Option<Fault>) -> Result<(), InstrumentError> {
         let TakenRecords { tid, records, count } = taken;
         let thread = tid as u32;
         let Tracer { rewriter, writer, function_starts, code, accesses, .. } = self;
@@ -601,7 +613,10 @@ impl Tracer {
         let (head, all, _) = unsafe { raw.align_to::<u64>() };
         debug_assert!(head.is_empty());
         let mut records = all;
-        if let Some(pc) = faulted.and_then(|pc| code.get(&pc)) {
+        let mut cut_last = None;
+        if let Some(fault) = faulted
+            && let Some(pc) = code.get(&fault.pc)
+        {
             let sites: Vec<u32> = pc.operands.iter().map(|o| o.site).collect();
             while let Some((&last, rest)) = records.split_last() {
                 match rewriter.table.kind(layout::split(last).0) {
@@ -611,6 +626,20 @@ impl Tracer {
                     _ => break,
                 }
             }
+            // Inside an implying access's window (no record since it), the
+            // last record implies accesses of instructions that did not run.
+            if fault.in_window
+                && let Some((&last, rest)) = records.split_last()
+                && let (tag, value) = layout::split(last)
+                && let Some(RecordKind::Access(site)) = rewriter.table.kind(tag)
+            {
+                let mut define = |s: trace_rt::format::Site| writer.add_site(s);
+                if let Some(cut) = rewriter.table.cut_before(site, fault.pc, &mut define) {
+                    let tag = rewriter.table.tag(RecordKind::Access(cut))?;
+                    cut_last = Some(trace_rt::format::pack_access(tag, value));
+                    records = rest;
+                }
+            }
         }
         // Converted and encoded in one pass over the records: the writer
         // takes the runs of plain accesses, calls and returns as they are.
@@ -618,6 +647,9 @@ impl Tracer {
         let converted_before = converter.accesses;
         let mut sink = WriterSink { writer, thread, kinds: &kinds };
         converter.convert(records, &rewriter.table, function_starts, &mut sink)?;
+        if let Some(last) = cut_last {
+            converter.convert(&[last], &rewriter.table, function_starts, &mut sink)?;
+        }
         *accesses += converter.accesses - converted_before;
         let count = count + std::mem::take(&mut converter.extra_instructions);
         if count > 0 {
@@ -790,13 +822,17 @@ impl Tracer {
         }
         let cache = self.cache_near(tid, pc)?;
         let fsgsbase = has_fsgsbase();
-        let Tracer { rewriter, function_starts, factory, .. } = self;
+        let Tracer { rewriter, function_starts, factory, writer, .. } = self;
         let c = &mut rewriter.caches[cache];
         let at = c.region.remote + c.used;
         let ctx = Context { function_starts, routines: c.routines, fsgsbase };
         let encoded = match allocator {
             Some(kind) => codegen::allocator_entry(kind, pc, at, &ctx, &mut rewriter.table)?,
-            None => codegen::translate_block(&insns, at, &ctx, &mut rewriter.table, factory)?,
+            None => {
+                let mut define = |s: trace_rt::format::Site| writer.add_site(s);
+                let mut tags = DefiningTags { table: &mut rewriter.table, define: &mut define };
+                codegen::translate_block(&insns, at, &ctx, &mut tags, factory)?
+            }
         };
         let len = encoded.code.len() as u64;
         if c.used + len > c.region.len() as u64 {
@@ -811,7 +847,11 @@ impl Tracer {
         let exits: Vec<(u64, u64)> = encoded.exits.iter().map(|&(off, target)| (at + u64::from(off), target)).collect();
         rewriter.exits.extend(exits.iter().copied());
         rewriter.pcs.insert(at, (pc, pc));
-        rewriter.safe_points.extend(encoded.boundaries.iter().map(|&off| at + u64::from(off)));
+        let inside: HashSet<u32> = encoded.inside_windows.iter().copied().collect();
+        let (unsafe_points, safe): (Vec<u32>, Vec<u32>) =
+            encoded.boundaries.iter().partition(|off| inside.contains(off));
+        rewriter.safe_points.extend(safe.iter().map(|&off| at + u64::from(off)));
+        rewriter.inside_windows.extend(unsafe_points.iter().map(|&off| at + u64::from(off)));
         // Copies come in the block's order (only a final transfer is not
         // copied): copy i is instruction i.
         for (&(off, original), insn) in encoded.pcs.iter().zip(&insns) {

@@ -2,8 +2,8 @@
 
 use super::varint::{Cursor, MAX_LEN, put_i64, put_raw, put_u64, zigzag};
 use super::{
-    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Event, PackedKind, PackedRun, Site, SiteId,
-    TruncationReason,
+    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Event, IMPLIED_MOST, Implied, ImpliedAccess,
+    PackedKind, PackedRun, Site, SiteId, TruncationReason,
 };
 
 const TAG_ACCESS: u8 = 1;
@@ -283,47 +283,29 @@ impl ChunkEncoder {
                 let kind = kinds.get(usize::from(tag));
                 // Accesses first, on their own: nearly every record is one.
                 // Finding the site in `last` is the check that it is defined.
-                if let Some(&PackedKind::Access(site)) = kind
+                if let Some(&PackedKind::Access(site, implied)) = kind
                     && let Some(previous) = last.get_mut(site as usize)
                 {
                     let prev = std::mem::replace(previous, value);
                     len += unsafe { put_access_raw(dst, recent, site, value.wrapping_sub(prev) as i64) };
+                    run.implied += usize::from(implied);
                     next += 1;
                     continue;
                 }
-                len += match kind {
-                    Some(&PackedKind::Access(_)) => {
-                        stop = Some(Err(tag));
+                // Everything else out of line: merged with the test above,
+                // the kinds became a jump table in front of every access.
+                match unsafe {
+                    put_packed_flow(dst, kind, tag, value, &packed[next + 1..], kinds, &mut self.flow, &mut run)
+                } {
+                    PackedStep::Wrote { bytes, records } => {
+                        len += bytes;
+                        next += records;
+                    }
+                    PackedStep::Stop(why) => {
+                        stop = Some(why);
                         break;
                     }
-                    Some(&PackedKind::Call { callsite, target }) => {
-                        run.flow += 1;
-                        run.last_callsite = Some(callsite);
-                        unsafe { put_flow_raw(dst, TAG_CALL, &mut self.flow, [callsite, target, value]) }
-                    }
-                    Some(&PackedKind::IndirectCall { callsite }) => {
-                        let target = packed.get(next + 1).map(|&t| super::unpack_access(t));
-                        let is_target =
-                            |&(t, _): &(u16, u64)| kinds.get(usize::from(t)) == Some(&PackedKind::CallTarget);
-                        let Some((_, target)) = target.filter(is_target) else {
-                            stop = Some(Ok(()));
-                            break;
-                        };
-                        next += 1;
-                        run.flow += 2;
-                        run.last_callsite = Some(callsite);
-                        unsafe { put_flow_raw(dst, TAG_CALL, &mut self.flow, [callsite, target, value]) }
-                    }
-                    Some(&PackedKind::Return) => {
-                        run.flow += 1;
-                        unsafe { put_return_raw(dst, &mut self.flow, value) }
-                    }
-                    Some(&PackedKind::CallTarget | PackedKind::Other) | None => {
-                        stop = Some(Ok(()));
-                        break;
-                    }
-                };
-                next += 1;
+                }
             }
             // SAFETY: every byte up to `len` was written above, within the
             // reserved capacity.
@@ -450,6 +432,59 @@ impl ChunkEncoder {
     }
 }
 
+/// What [`put_packed_flow`] did with a packed record.
+enum PackedStep {
+    /// Wrote `bytes` for `records` records.
+    Wrote { bytes: usize, records: usize },
+    /// Stopped before the record: at one of another kind (`Ok`), or at an
+    /// access of a site not defined (`Err`, its tag).
+    Stop(Result<(), u16>),
+}
+
+/// Writes packed record (`tag`, `value`) of `kind` at `dst` when it is a
+/// call (with its target's record, the first of `after`) or a return,
+/// counting it in `run`.
+///
+/// # Safety
+/// `dst` must be valid for writing [`PACKED_MOST`] bytes.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn put_packed_flow(
+    dst: *mut u8,
+    kind: Option<&PackedKind>,
+    tag: u16,
+    value: u64,
+    after: &[u64],
+    kinds: &[PackedKind],
+    flow: &mut FlowState,
+    run: &mut PackedRun,
+) -> PackedStep {
+    let (bytes, records) = match kind {
+        Some(&PackedKind::Access(..)) => return PackedStep::Stop(Err(tag)),
+        Some(&PackedKind::Call { callsite, target }) => {
+            run.flow += 1;
+            run.last_callsite = Some(callsite);
+            (unsafe { put_flow_raw(dst, TAG_CALL, flow, [callsite, target, value]) }, 1)
+        }
+        Some(&PackedKind::IndirectCall { callsite }) => {
+            let target = after.first().map(|&t| super::unpack_access(t));
+            let is_target = |&(t, _): &(u16, u64)| kinds.get(usize::from(t)) == Some(&PackedKind::CallTarget);
+            let Some((_, target)) = target.filter(is_target) else {
+                return PackedStep::Stop(Ok(()));
+            };
+            run.flow += 2;
+            run.last_callsite = Some(callsite);
+            (unsafe { put_flow_raw(dst, TAG_CALL, flow, [callsite, target, value]) }, 2)
+        }
+        Some(&PackedKind::Return) => {
+            run.flow += 1;
+            (unsafe { put_return_raw(dst, flow, value) }, 1)
+        }
+        Some(&PackedKind::CallTarget | PackedKind::Other) | None => return PackedStep::Stop(Ok(())),
+    };
+    PackedStep::Wrote { bytes, records }
+}
+
 /// Most bytes of an `Access` record: the tag, a site (32 bits: 5 bytes) and
 /// a delta; also room enough for `put_raw`'s contract at either varint.
 const ACCESS_MOST: usize = 1 + 5 + MAX_LEN;
@@ -523,10 +558,28 @@ pub struct ChunkDecoder {
     /// Format v5 and later: accesses of a recent site have a short form
     /// ([`DeltaState::recent`]).
     recent_sites: bool,
+    /// Format v6 and later: an access of a site may imply more
+    /// ([`Site::implied`]).
+    implying: bool,
+    /// The implied accesses still to hand out.
+    pending: PendingImplied,
     alloc: AllocState,
     /// Format v4 and later: allocation events are differences
     /// ([`AllocState`]).
     alloc_deltas: bool,
+}
+
+/// The accesses an access just decoded implies, not handed out yet.
+#[derive(Clone, Copy, Default)]
+struct PendingImplied {
+    /// The implying access's site.
+    site: SiteId,
+    /// Its address.
+    base: u64,
+    /// The next one to hand out.
+    next: u8,
+    /// How many it implies (0: none pending).
+    len: u8,
 }
 
 impl Default for ChunkDecoder {
@@ -548,6 +601,8 @@ impl ChunkDecoder {
             flow: FlowState::default(),
             flow_deltas: version >= 3,
             recent_sites: version >= 5,
+            implying: version >= 6,
+            pending: PendingImplied::default(),
             alloc: AllocState::default(),
             alloc_deltas: version >= 4,
         }
@@ -556,6 +611,7 @@ impl ChunkDecoder {
     /// Must be called before decoding each new chunk's payload.
     pub fn start_chunk(&mut self) {
         self.deltas.restart();
+        self.pending = PendingImplied::default();
         self.flow = FlowState::default();
         self.alloc = AllocState::default();
     }
@@ -611,6 +667,15 @@ impl ChunkDecoder {
     #[inline]
     pub fn next(&mut self, c: &mut Cursor<'_>, sites: &[Site]) -> Result<Option<Event>, &'static str> {
         loop {
+            if self.in_implied() {
+                return match self.take_implied(sites) {
+                    Ok((site, addr)) => Ok(Some(Event::Access { site, addr })),
+                    Err(what) => {
+                        self.pending = PendingImplied::default();
+                        Err(what)
+                    }
+                };
+            }
             if c.is_empty() {
                 return Ok(None);
             }
@@ -632,6 +697,10 @@ impl ChunkDecoder {
     /// pair comes back in registers.
     #[inline(always)]
     pub fn next_access(&mut self, c: &mut Cursor<'_>, sites: &[Site]) -> Option<(SiteId, u64)> {
+        if self.in_implied() {
+            // A failure is left to `next`, which reports it.
+            return self.take_implied(sites).ok();
+        }
         let mut ahead = *c;
         let tag = ahead.u8()?;
         if !self.is_plain_access(tag) {
@@ -640,6 +709,44 @@ impl ChunkDecoder {
         let access = self.plain_access(tag, &mut ahead, sites).ok()?;
         *c = ahead;
         Some(access)
+    }
+
+    /// Whether accesses implied by the last one are still to come: the
+    /// payload is not done, even when its bytes are.
+    #[inline(always)]
+    pub fn in_implied(&self) -> bool {
+        self.pending.len != 0
+    }
+
+    /// The next access the last decoded one implies; nothing changes when
+    /// the site table does not define it.
+    #[inline(always)]
+    fn take_implied(&mut self, sites: &[Site]) -> Result<(SiteId, u64), &'static str> {
+        let p = &mut self.pending;
+        let implied = sites.get(p.site as usize).and_then(|s| s.implied.as_slice().get(usize::from(p.next)));
+        let Some(&ImpliedAccess { site, offset }) = implied else {
+            return Err("an implied access the site table does not define");
+        };
+        if !sites.get(site as usize).is_some_and(Site::is_defined) {
+            return Err("an implied access of an undefined site");
+        }
+        let addr = p.base.wrapping_add(i64::from(offset) as u64);
+        p.next += 1;
+        if p.next == p.len {
+            *p = PendingImplied::default();
+        }
+        Ok((site, addr))
+    }
+
+    /// Notes the accesses an access of `site` at `addr` implies.
+    #[inline(always)]
+    fn imply(&mut self, sites: &[Site], site: SiteId, addr: u64) {
+        if self.implying {
+            let len = sites.get(site as usize).map_or(0, |s| s.implied.len());
+            if len != 0 {
+                self.pending = PendingImplied { site, base: addr, next: 0, len: len as u8 };
+            }
+        }
     }
 
     /// Whether `tag` starts an [`Event::Access`] record: `TAG_ACCESS`, or a
@@ -662,7 +769,9 @@ impl ChunkDecoder {
                 return Err("access refers to an empty recent-site slot");
             }
             let delta = c.i64().ok_or(CUT)?;
-            return Ok((site, self.deltas.advance(site, delta)));
+            let addr = self.deltas.advance(site, delta);
+            self.imply(sites, site, addr);
+            return Ok((site, addr));
         }
         let site = defined_site(c, sites)?;
         let delta = c.i64().ok_or(CUT)?;
@@ -670,6 +779,7 @@ impl ChunkDecoder {
         if self.recent_sites {
             self.deltas.recent[recent_slot(site)] = site;
         }
+        self.imply(sites, site, addr);
         Ok((site, addr))
     }
 
@@ -781,12 +891,25 @@ pub(crate) fn encode_sites(first_id: SiteId, sites: &[Site]) -> Vec<u8> {
         put_i64(&mut b, s.pc.wrapping_sub(prev_pc) as i64);
         prev_pc = s.pc;
         b.push(s.len);
-        b.push(s.kind as u8);
+        // Since v6, bit 7 of the kind says implied accesses follow the
+        // site's fields: `n:u8 (site:varint offset:zigzag)*`.
+        let implies = if s.implied.is_empty() { 0 } else { KIND_IMPLIES };
+        b.push(s.kind as u8 | implies);
         put_u64(&mut b, s.size.into());
         put_u64(&mut b, s.count.into());
+        if !s.implied.is_empty() {
+            b.push(s.implied.len() as u8);
+            for a in s.implied.as_slice() {
+                put_u64(&mut b, a.site.into());
+                put_i64(&mut b, a.offset.into());
+            }
+        }
     }
     b
 }
+
+/// Bit of a v6 site's kind byte: implied accesses follow its fields.
+const KIND_IMPLIES: u8 = 0x80;
 
 /// Most sites one file may define: a site id past it is corruption (and
 /// would make the reader's table huge).
@@ -828,16 +951,31 @@ pub(crate) fn decode_sites(raw: &[u8], version: u16, table: &mut Vec<Site>) -> R
     for slot in &mut table[first..end] {
         pc = pc.wrapping_add(c.i64().ok_or(CUT)? as u64);
         let len = c.u8().ok_or(CUT)?;
-        let kind = AccessKind::from_u8(c.u8().ok_or(CUT)?).ok_or("unknown access kind")?;
+        let kind_byte = c.u8().ok_or(CUT)?;
+        let implies = version >= 6 && kind_byte & KIND_IMPLIES != 0;
+        let kind_byte = if version >= 6 { kind_byte & !KIND_IMPLIES } else { kind_byte };
+        let kind = AccessKind::from_u8(kind_byte).ok_or("unknown access kind")?;
         let size = c.u32().ok_or(CUT)?;
         let count = u16::try_from(c.u64().ok_or(CUT)?).map_err(|_| "element count out of range")?;
         if count == 0 {
             return Err("a site with no elements");
         }
+        let mut implied = Implied::NONE;
+        if implies {
+            let n = c.u8().ok_or(CUT)?;
+            if n == 0 || usize::from(n) > IMPLIED_MOST {
+                return Err("a site implying no accesses, or too many");
+            }
+            for _ in 0..n {
+                let site = c.u32().ok_or(CUT)?;
+                let offset = i32::try_from(c.i64().ok_or(CUT)?).map_err(|_| "implied access offset out of range")?;
+                implied.push(ImpliedAccess { site, offset });
+            }
+        }
         if slot.is_defined() {
             return Err("a site defined twice");
         }
-        *slot = Site { pc, len, kind, size, count };
+        *slot = Site { pc, len, kind, size, count, implied };
     }
     if !c.is_empty() {
         return Err("trailing bytes after the site table");
@@ -848,6 +986,33 @@ pub(crate) fn decode_sites(raw: &[u8], version: u16, table: &mut Vec<Site>) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A site's implied accesses survive the site table's encoding; a kind
+    /// byte saying "implies" with none, or more than [`IMPLIED_MOST`], is an
+    /// error of the table, not a short or wrong list.
+    #[test]
+    fn implied_accesses_survive_the_site_table() {
+        let mut site = Site { pc: 0x20, len: 4, kind: AccessKind::Modify, size: 8, count: 1, implied: Implied::NONE };
+        for (s, offset) in [(3, -8), (0, 0), (7, i32::MAX)] {
+            assert!(site.implied.push(ImpliedAccess { site: s, offset }));
+        }
+        let sites = [Site { implied: Implied::NONE, ..site }, site];
+        let mut table = Vec::new();
+        decode_sites(&encode_sites(0, &sites), 6, &mut table).expect("decodes");
+        assert_eq!(table, sites);
+        for n in [0u8, IMPLIED_MOST as u8 + 1] {
+            // first 0, count 1: pc delta, len, kind with KIND_IMPLIES, size,
+            // count, then `n` (site, offset) pairs.
+            let mut raw = vec![0u8, 1, 0x20, 4, KIND_IMPLIES, 8, 1, n];
+            raw.extend(std::iter::repeat_n([0u8, 0], usize::from(n)).flatten());
+            let mut table = Vec::new();
+            assert!(decode_sites(&raw, 6, &mut table).is_err(), "{n} implied accesses");
+        }
+        let one = [0u8, 1, 0x20, 4, KIND_IMPLIES, 8, 1, 1, 0, 0];
+        assert!(decode_sites(&one, 6, &mut Vec::new()).is_ok(), "one implied access decodes");
+        // Before v6 bit 7 of the kind is no flag: an unknown kind.
+        assert!(decode_sites(&encode_sites(0, &sites), 5, &mut Vec::new()).is_err());
+    }
 
     /// What decoding `raw` gives: the events, then the error that stopped
     /// it. With `accesses_first`, as the decoding pass reads: accesses by
@@ -876,7 +1041,7 @@ mod tests {
     /// a malformed record is left to `next`, which says what is wrong.
     #[test]
     fn the_access_fast_path_reads_what_next_reads() {
-        let site = |pc| Site { pc, len: 4, kind: AccessKind::Read, size: 8, count: 1 };
+        let site = |pc| Site { pc, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE };
         let sites = [site(0x10), site(0x20), Site::UNDEFINED, site(0x40)];
         let mut encoder = ChunkEncoder::new();
         for i in 0..40u64 {

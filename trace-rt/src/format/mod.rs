@@ -1,4 +1,4 @@
-//! The linetrace trace file format, version 5 (versions 1 to 4 still read).
+//! The linetrace trace file format, version 6 (versions 1 to 5 still read).
 //!
 //! This module is a public contract between the recorders (`instrument`, and
 //! later the in-process runtime) and the `decoder`. Changing the byte layout
@@ -28,6 +28,15 @@
 //!   defines, so recorders can hand out ids without a global order and a lost
 //!   chunk leaves a visible hole instead of renumbering every later site.
 //!   v1: `count:varint site*`, ids assigned in order of definition.
+//!   A site is `pc_delta:zigzag len:u8 kind:u8 size:varint count:varint`
+//!   (the pc a difference to the previous site's in the chunk); since v6,
+//!   bit 7 of `kind` set means `n:u8 (site:varint offset:zigzag){n}`
+//!   follows, 1 <= n <= [`IMPLIED_MOST`]: the accesses an `Access` of this
+//!   site implies ([`Site::implied`]). A reader hands them out right after
+//!   that access, each at its address plus `offset`; so a recorder that
+//!   knows an access repeats the address registers of the one before it
+//!   (`x[i] += y`: a load and a store of one address) writes one event for
+//!   both. Implied sites are defined before the site implying them.
 //!   A site is always defined in a chunk *before* the first events chunk that
 //!   uses it.
 //! - `Strings` (v2): JSON `{"first": id, "strings": [...]}`: strings that
@@ -111,7 +120,7 @@ use serde::{Deserialize, Serialize};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"LNTRACE\0";
 /// Format version written by this crate.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// Oldest format version the reader still reads.
 pub const OLDEST_VERSION: u16 = 1;
 /// Size of the file header in bytes.
@@ -296,6 +305,74 @@ impl AccessKind {
     }
 }
 
+/// Most accesses one site's [`Implied`] holds.
+pub const IMPLIED_MOST: usize = 4;
+
+/// One access an access of another site implies: site `site` at the other
+/// access's address plus `offset`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ImpliedAccess {
+    /// Its site.
+    pub site: SiteId,
+    /// Its address minus the implying access's.
+    pub offset: i32,
+}
+
+/// The accesses an access of a site implies, in order (since v6).
+///
+/// The rewrite recorder records one access of a run of memory operands in a
+/// block that use the same base and index registers, unchanged in between,
+/// and defines a site for it whose `implied` lists the others (their sites
+/// and displacements): `x[i] += y` loads and stores the same address, a
+/// record each before. Readers hand the implied accesses out right after
+/// the implying one, as plain [`Event::Access`]es.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Implied {
+    len: u8,
+    items: [ImpliedAccess; IMPLIED_MOST],
+}
+
+impl Implied {
+    /// None.
+    pub const NONE: Implied = Implied { len: 0, items: [ImpliedAccess { site: 0, offset: 0 }; IMPLIED_MOST] };
+
+    /// Appends `access`; false (and nothing changed) when full.
+    pub fn push(&mut self, access: ImpliedAccess) -> bool {
+        match self.items.get_mut(usize::from(self.len)) {
+            Some(slot) => {
+                *slot = access;
+                self.len += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keeps the first `n`.
+    pub fn truncate(&mut self, n: usize) {
+        if n < usize::from(self.len) {
+            self.items[n..].fill(ImpliedAccess::default());
+            self.len = n as u8;
+        }
+    }
+
+    /// The accesses, in order.
+    pub fn as_slice(&self) -> &[ImpliedAccess] {
+        &self.items[..usize::from(self.len)]
+    }
+
+    /// How many.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// A static memory-access site: one memory operand of one instruction.
 ///
 /// An instruction with several memory operands (`push [rax]`, `movs`) has one
@@ -313,12 +390,17 @@ pub struct Site {
     /// Elements per execution (gathers and scatters have several, each with
     /// its own address and its own access event; everything else has 1).
     pub count: u16,
+    /// Since v6: the accesses an [`Event::Access`] of this site stands for
+    /// right after it (an encoding detail: readers hand them out as events
+    /// of their own, and recorders that write every access leave it empty).
+    pub implied: Implied,
 }
 
 impl Site {
     /// Placeholder for ids no chunk has defined (yet): a hole left by a lost
     /// `Sites` chunk. Real sites have at least one element.
-    pub const UNDEFINED: Site = Site { pc: 0, len: 0, kind: AccessKind::Read, size: 0, count: 0 };
+    pub const UNDEFINED: Site =
+        Site { pc: 0, len: 0, kind: AccessKind::Read, size: 0, count: 0, implied: Implied::NONE };
 
     /// False for [`Site::UNDEFINED`] placeholders.
     #[inline]

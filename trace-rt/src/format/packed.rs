@@ -19,8 +19,10 @@ pub const PACKED_ADDRESS_BITS: u32 = 48;
 /// What the packed records of one tag stand for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PackedKind {
-    /// [`super::Event::Access`] of this site; the value is the address.
-    Access(SiteId),
+    /// [`super::Event::Access`] of this site; the value is the address. The
+    /// second field is how many accesses it implies ([`super::Site::implied`]),
+    /// counted in [`PackedRun::implied`].
+    Access(SiteId, u8),
     /// [`super::Event::Call`] from `callsite` to `target`; the value is the
     /// stack pointer after the call.
     Call {
@@ -56,6 +58,8 @@ pub struct PackedRun {
     pub flow: usize,
     /// The call site of the last call taken, if one was.
     pub last_callsite: Option<u64>,
+    /// Accesses the accesses taken imply (the readers hand them out).
+    pub implied: usize,
 }
 
 /// Splits a packed access (or any 64-bit record of that layout) into its

@@ -326,7 +326,7 @@ impl<R: Read> TraceReader<R> {
     #[inline(always)]
     pub fn next_record(&mut self) -> Result<Option<Record>, FormatError> {
         loop {
-            if self.pos < self.raw.len() {
+            if self.pos < self.raw.len() || self.decoder.in_implied() {
                 let mut c = Cursor::new(&self.raw[self.pos..]);
                 match self.decoder.next(&mut c, &self.sites) {
                     Ok(Some(event)) => {

@@ -158,13 +158,14 @@ impl<W: Write> TraceWriter<W> {
             let part = t.encoder.push_packed(&packed[run.taken..], kinds, self.sites_defined, self.chunk_target);
             let part = part.map_err(|tag| {
                 let site = match kinds.get(usize::from(tag)) {
-                    Some(PackedKind::Access(site)) => site.to_string(),
+                    Some(PackedKind::Access(site, _)) => site.to_string(),
                     _ => "?".into(),
                 };
                 FormatError::InvalidEvent(format!("packed access of tag {tag} names site {site}, never defined"))
             })?;
             run.taken += part.taken;
             run.flow += part.flow;
+            run.implied += part.implied;
             run.last_callsite = part.last_callsite.or(run.last_callsite);
             if t.encoder.len() < self.chunk_target {
                 // Not stopped by the chunk's size: by the end of `packed`,

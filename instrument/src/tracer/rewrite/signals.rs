@@ -152,7 +152,12 @@ impl Tracer {
             // signal: the signal ends the step of that call.
             self.uncount(tid, self.not_run_at(now_at) + u64::from(self_sent));
         }
-        self.drain(tid, synchronous.then_some(original).flatten())?;
+        let in_window = self.rewriter.inside_windows.contains(&now_at);
+        let fault = synchronous.then_some(original).flatten().map(|pc| super::Fault { pc, in_window });
+        self.drain(tid, fault)?;
+        // A fault of an instruction (SIGFPE, SIGILL) has its address for
+        // `addr`: the copy's in the code cache, the original's in the trace.
+        let addr = if self.in_cache(addr) { self.original_pc(addr).unwrap_or(addr) } else { addr };
         self.writer.push(tid as u32, &Event::Signal { signo, pc: original.unwrap_or(now_at), addr })?;
         Ok(())
     }
