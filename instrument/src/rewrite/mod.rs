@@ -31,8 +31,9 @@
 //!   the record to the last access it implies has no signal boundary, and
 //!   a fault inside it cuts what the record implies to the accesses before
 //!   the faulting instruction (`RecordTable::cut_before`). Approximation: a
-//!   thread stopped for good inside a window (SIGKILL) has the rest of the
-//!   window's implied accesses in the trace.
+//!   thread stopped for good inside a window (SIGKILL), or one that faults
+//!   there just after a tick took its records, has the rest of the
+//!   window's implied accesses (at most four) in the trace.
 //! - Direct branches exit through stubs that trap to linetrace once and are
 //!   then patched into jumps; returns and indirect branches look the original
 //!   target up in the dispatch table (flag-free: `lea` + `jrcxz`) and trap
