@@ -919,11 +919,10 @@ mod tests {
 
     /// Translates `bytes` with tags that define implying sites (as the
     /// tracer's do); returns the code, the table, and the sites defined.
-    fn translate_implying(bytes: &[u8], pc: u64, at: u64) -> (Encoded, RecordTable, Vec<Site>) {
+    fn translate_implying(bytes: &[u8], pc: u64, at: u64, mut table: RecordTable) -> (Encoded, RecordTable, Vec<Site>) {
         let starts = HashSet::new();
         let routines = Routines { dispatch: at + 0x10000, miss: 0, alloc_return: 0, alloc_return_stored: 0 };
         let ctx = Context { function_starts: &starts, routines, fsgsbase: true };
-        let mut table = RecordTable::default();
         let insns = block(bytes, pc);
         let plain = insns.iter().map(|i| i.operands.len()).sum::<usize>() as SiteId;
         let mut defined = Vec::new();
@@ -969,7 +968,7 @@ mod tests {
     #[test]
     fn accesses_of_an_unchanged_base_register_are_implied_by_the_first() {
         let (pc, at) = (0x40_1000, 0x40_0000_0000);
-        let (encoded, table, defined) = translate_implying(SAME_BASE, pc, at);
+        let (encoded, table, defined) = translate_implying(SAME_BASE, pc, at, RecordTable::default());
         // Sites 0..5 are the operands in order (4: the return's load of
         // its address); 5 is the one defined: site 0 implying the store
         // (site 1, 4 bytes on) and the load of site 2 (8 on). After
@@ -990,6 +989,15 @@ mod tests {
         let accesses = stored_kinds(&encoded, &table).iter().filter(|k| matches!(k, RecordKind::Access(_))).count();
         assert_eq!(accesses, 5);
         assert!(encoded.inside_windows.is_empty());
+        // Nor once tags run short: implying sites would take more.
+        let mut full = RecordTable::default();
+        for site in 1000..1000 + (usize::from(u16::MAX) - crate::rewrite::records::IMPLYING_MARGIN) as u32 {
+            full.tag(RecordKind::Access(site)).expect("a tag");
+        }
+        let (encoded, table, defined) = translate_implying(SAME_BASE, pc, at, full);
+        assert!(defined.is_empty(), "{defined:?}");
+        let accesses = stored_kinds(&encoded, &table).iter().filter(|k| matches!(k, RecordKind::Access(_))).count();
+        assert_eq!(accesses, 5);
     }
 
     /// mov eax,[rip+0x10]; add [rdi+rcx*4+8],eax; cmp [rsp],rax;

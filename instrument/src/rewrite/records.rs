@@ -48,9 +48,15 @@ impl Tags for DefiningTags<'_> {
     }
 
     fn defines_sites(&self) -> bool {
-        true
+        // Implying sites take tags of their own: once tags run short, every
+        // access is recorded instead, so that a program with many sites
+        // still records (a block needs far fewer tags than this margin).
+        self.table.kinds.len() < usize::from(u16::MAX) - IMPLYING_MARGIN
     }
 }
+
+/// Tags kept for plain records once implying sites stop being made.
+pub(crate) const IMPLYING_MARGIN: usize = 4096;
 
 impl Tags for RecordTable {
     fn tag(&mut self, kind: RecordKind) -> Result<u16, CodegenError> {
