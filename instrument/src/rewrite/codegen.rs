@@ -15,7 +15,7 @@ use std::collections::HashSet;
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, CodeSize, FlowControl, IcedError, Instruction, InstructionBlock,
-    InstructionInfoFactory, MemoryOperand, OpAccess, OpKind, Register, UsedMemory,
+    InstructionInfoFactory, MemoryOperand, OpAccess, OpKind, Register, UsedMemory, UsedRegister,
 };
 use trace_rt::format::{AllocKind, IMPLIED_MOST, Implied, ImpliedAccess, Site, SiteId};
 
@@ -112,9 +112,9 @@ struct Anchor {
     /// Where its record's tag is stored (`out` index), rewritten when it
     /// implies accesses.
     tag_at: usize,
-    /// Indexes in `boundaries` of the instructions since its own, not yet
-    /// inside its window.
-    since: Vec<usize>,
+    /// Index in `boundaries` of the first instruction after its own not
+    /// yet inside its window (those up to the last implied access are).
+    window_from: usize,
 }
 
 /// Whether an access of `op` can imply or be implied: one element at a
@@ -326,11 +326,11 @@ impl Emitter {
     }
 }
 
-/// Two registers `instr` does not touch (explicitly or implicitly).
-fn scratch_pair(instr: &Instruction, factory: &mut InstructionInfoFactory) -> (Register, Register) {
-    let used: Vec<Register> =
-        factory.info(instr).used_registers().iter().map(|u| u.register().full_register()).collect();
-    let mut free = SCRATCH.iter().copied().filter(|r| !used.contains(r));
+/// Two registers an instruction does not touch (explicitly or implicitly),
+/// given the registers it `used`.
+fn scratch_pair(used: &[UsedRegister]) -> (Register, Register) {
+    let touched = |r: Register| used.iter().any(|u| u.register().full_register() == r);
+    let mut free = SCRATCH.iter().copied().filter(|&r| !touched(r));
     // At most six general registers are ever used by one instruction, so
     // fourteen candidates always leave two.
     let a = free.next().unwrap_or(Register::R11);
@@ -501,7 +501,8 @@ impl<'a, 'b> Translator<'a, 'b> {
             return false;
         }
         implying.pcs[n] = insn.instr.ip();
-        self.e.inside_windows.append(&mut anchor.since);
+        self.e.inside_windows.extend(anchor.window_from..self.e.boundaries.len());
+        anchor.window_from = self.e.boundaries.len();
         true
     }
 
@@ -530,14 +531,12 @@ impl<'a, 'b> Translator<'a, 'b> {
             return Err(CodegenError::UsesGs(ip));
         }
         self.e.boundaries.push(self.e.out.len());
-        if let Some(anchor) = self.anchor.as_mut() {
-            anchor.since.push(self.e.boundaries.len() - 1);
-        }
-        let (a, b) = scratch_pair(&instr, factory);
+        let used = factory.info(&instr).used_registers().to_vec();
+        let (a, b) = scratch_pair(&used);
         // Operands the anchor implies are not recorded (when the tags can
-        // define the sites that say so).
-        // Once one operand is recorded the others are too: what an anchor
-        // implies comes right after its record.
+        // define the sites that say so); once one operand is recorded the
+        // others are too: what an anchor implies comes right after its
+        // record.
         let mut implied = vec![false; insn.operands.len()];
         if self.tags.defines_sites() {
             for (i, op) in insn.operands.iter().enumerate() {
@@ -596,7 +595,7 @@ impl<'a, 'b> Translator<'a, 'b> {
                         },
                         // The tag's store is the third of a record's five.
                         tag_at: self.e.out.len() - 3,
-                        since: Vec::new(),
+                        window_from: self.e.boundaries.len(),
                     });
                 }
             }
@@ -605,7 +604,7 @@ impl<'a, 'b> Translator<'a, 'b> {
         // may write) implies nothing after it.
         if let Some(anchor) = &self.anchor {
             let (base, index, ..) = anchor.registers;
-            let writes = factory.info(&instr).used_registers().iter().any(|u| {
+            let writes = used.iter().any(|u| {
                 let r = u.register().full_register();
                 (r == base || r == index)
                     && !matches!(u.access(), OpAccess::Read | OpAccess::CondRead | OpAccess::NoMemAccess)
@@ -906,23 +905,23 @@ mod tests {
         out
     }
 
-    fn translate(bytes: &[u8], pc: u64, at: u64) -> (Encoded, RecordTable) {
+    /// Translates the block `insns` for address `at` with `tags`.
+    fn translate_with(insns: &[DecodedInstruction], at: u64, tags: &mut dyn Tags) -> Encoded {
         let starts = HashSet::new();
         let routines = Routines { dispatch: at + 0x10000, miss: 0, alloc_return: 0, alloc_return_stored: 0 };
         let ctx = Context { function_starts: &starts, routines, fsgsbase: true };
+        translate_block(insns, at, &ctx, tags, &mut InstructionInfoFactory::new()).expect("translates")
+    }
+
+    fn translate(bytes: &[u8], pc: u64, at: u64) -> (Encoded, RecordTable) {
         let mut table = RecordTable::default();
-        let insns = block(bytes, pc);
-        let encoded =
-            translate_block(&insns, at, &ctx, &mut table, &mut InstructionInfoFactory::new()).expect("translates");
+        let encoded = translate_with(&block(bytes, pc), at, &mut table);
         (encoded, table)
     }
 
     /// Translates `bytes` with tags that define implying sites (as the
     /// tracer's do); returns the code, the table, and the sites defined.
     fn translate_implying(bytes: &[u8], pc: u64, at: u64, mut table: RecordTable) -> (Encoded, RecordTable, Vec<Site>) {
-        let starts = HashSet::new();
-        let routines = Routines { dispatch: at + 0x10000, miss: 0, alloc_return: 0, alloc_return_stored: 0 };
-        let ctx = Context { function_starts: &starts, routines, fsgsbase: true };
         let insns = block(bytes, pc);
         let plain = insns.iter().map(|i| i.operands.len()).sum::<usize>() as SiteId;
         let mut defined = Vec::new();
@@ -931,8 +930,7 @@ mod tests {
             plain + defined.len() as SiteId - 1
         };
         let mut tags = crate::rewrite::records::DefiningTags { table: &mut table, define: &mut define };
-        let encoded =
-            translate_block(&insns, at, &ctx, &mut tags, &mut InstructionInfoFactory::new()).expect("translates");
+        let encoded = translate_with(&insns, at, &mut tags);
         (encoded, table, defined)
     }
 

@@ -157,7 +157,7 @@ impl Tracer {
         self.drain(tid, fault)?;
         // A fault of an instruction (SIGFPE, SIGILL) has its address for
         // `addr`: the copy's in the code cache, the original's in the trace.
-        let addr = if self.in_cache(addr) { self.original_pc(addr).unwrap_or(addr) } else { addr };
+        let addr = self.original_pc(addr).unwrap_or(addr);
         self.writer.push(tid as u32, &Event::Signal { signo, pc: original.unwrap_or(now_at), addr })?;
         Ok(())
     }
