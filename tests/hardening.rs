@@ -248,7 +248,10 @@ fn module_paths_from_a_trace_are_untrusted() {
         let run = run_bounded(cmd, Duration::from_secs(20));
         assert!(!run.timed_out, "{args:?} hung");
         assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
-        assert!(run.max_rss_kib < 90 * 1024, "{args:?} used {} KiB", run.max_rss_kib);
+        // A trace of five accesses: what it costs is the program and its
+        // tables, not the (simulated, host-sized) last-level cache: 23 MiB
+        // here, 82 MiB when the cache's tags were all written up front.
+        assert!(run.max_rss_kib < 64 * 1024, "{args:?} used {} KiB", run.max_rss_kib);
         let said = format!("{}{}", run.stdout, run.stderr);
         for why in ["/dev/zero is not a regular file", "fifo is not a regular file", "larger than", "malformed ELF"] {
             assert!(said.contains(why), "{args:?} does not say {why:?}: {said}");

@@ -31,6 +31,16 @@ pub(crate) fn filled_vec<T: Clone>(len: usize, value: T) -> Vec<T> {
     table
 }
 
+/// `len` zero words in memory the kernel is asked to back with huge pages.
+/// Nothing is written: the allocator takes fresh zero pages from the kernel
+/// for a table this large, so a page costs memory only once something in it
+/// is used (a short trace does not pay for a 63 MB table it barely touches).
+pub(crate) fn zeroed_words(len: usize) -> Vec<u64> {
+    let table = vec![0u64; len];
+    advise(table.as_ptr().cast(), len.saturating_mul(std::mem::size_of::<u64>()));
+    table
+}
+
 /// Asks for huge pages over the whole huge pages inside `[start, start +
 /// bytes)`, if that is big enough to be worth it.
 fn advise(start: *const u8, bytes: usize) {
@@ -57,6 +67,9 @@ mod tests {
             let table = filled_vec(len, 7u64);
             assert_eq!(table.len(), len);
             assert!(table.iter().all(|&v| v == 7));
+            let zeroed = zeroed_words(len);
+            assert_eq!(zeroed.len(), len);
+            assert!(zeroed.iter().all(|&v| v == 0));
         }
     }
 }
