@@ -51,16 +51,18 @@ pub struct SummaryCell {
 }
 
 /// `0..1` to `0..=255`, rounded (adding one half: `f64::round` is a
-/// library call, and this runs for every summary cell).
+/// library call, and this runs for every summary cell). No clamp: Rust's
+/// float-to-integer casts saturate (and make NaN 0), which is what
+/// clamping to `0..1` first gave.
 fn q8(v: f64) -> u8 {
-    (v.clamp(0.0, 1.0) * 255.0 + 0.5) as u8
+    (v * 255.0 + 0.5) as u8
 }
 
 impl SummaryCell {
     /// Quantizes a span row.
     pub fn from_row(r: &SpanRow) -> SummaryCell {
         SummaryCell {
-            occupancy: (r.occupancy.clamp(0.0, 1.0) * 65535.0 + 0.5) as u16,
+            occupancy: (r.occupancy * 65535.0 + 0.5) as u16,
             fresh: q8(r.means.fresh),
             fresh_bytes: q8(r.means.fresh_bytes),
             fresh_distinct: q8(r.means.fresh_distinct),
@@ -432,6 +434,23 @@ mod tests {
         let back = SummaryCell::from_row(&r).row();
         assert!((back.occupancy - r.occupancy).abs() < 1e-4);
         assert!((back.means.fresh - 0.5).abs() < 0.003 && (back.means.tint - 1.0).abs() < 1e-9);
+    }
+
+    /// Values outside 0..1 (rounding in the sums) quantize as the nearest
+    /// end would; NaN as 0.
+    #[test]
+    fn quantizing_saturates_at_both_ends() {
+        for (v, q) in [(-1.0, 0), (-1e-9, 0), (-0.001, 0), (1.0 + 1e-9, 255), (7.0, 255), (f64::NAN, 0), (0.5, 128)] {
+            let r = SpanRow { occupancy: v, means: CellMeans { fresh: v, fresh_bytes: v, fresh_distinct: v, tint: v } };
+            let cell = SummaryCell::from_row(&r);
+            assert_eq!((cell.fresh, cell.fresh_bytes, cell.fresh_distinct, cell.tint), (q, q, q, q), "{v}");
+            let q16 = match q {
+                0 => 0,
+                255 => 65535,
+                _ => 32768,
+            };
+            assert_eq!(cell.occupancy, q16, "{v}");
+        }
     }
 
     /// Above the threshold, the level of twice level 0's width is left

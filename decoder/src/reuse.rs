@@ -163,7 +163,7 @@ impl ReuseDistance {
             None
         } else {
             // Marks after `prev`: every line read since, once each.
-            let after = self.live - self.prefix(prev);
+            let after = self.marks_after(prev);
             self.add(prev, -1);
             Some(u64::from(after))
         };
@@ -238,6 +238,24 @@ impl ReuseDistance {
     /// The histogram so far.
     pub fn histogram(&self) -> &ReuseHistogram {
         &self.histogram
+    }
+
+    /// Number of marks at times `> t`, before the present's mark is set.
+    /// A time in the tail block (a line read again soon, as a sweep
+    /// reads its lines) has every later mark in that block: its words are
+    /// counted, with no walk of the tree.
+    #[inline]
+    fn marks_after(&self, t: u32) -> u32 {
+        let word = t as usize / 64;
+        let block = word / WORDS_PER_BLOCK;
+        if block != self.tail {
+            return self.live - self.prefix(t);
+        }
+        let bit = t % 64;
+        let later = if bit == 63 { 0 } else { u64::MAX << (bit + 1) };
+        let block_end = (block + 1) * WORDS_PER_BLOCK;
+        (self.marks[word] & later).count_ones()
+            + self.marks[word + 1..block_end].iter().map(|w| w.count_ones()).sum::<u32>()
     }
 
     /// Number of marks at times `<= t`.

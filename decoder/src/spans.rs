@@ -332,15 +332,18 @@ impl SpanAccumulator {
         }
         let max_age = f64::from(self.config.max_age.max(1));
         let line = f64::from(self.config.line_size.max(1));
+        // One division per row, not seven: this runs for every row of every
+        // summary block.
+        let (per_age, per_age_byte) = (1.0 / max_age, 1.0 / (max_age * line));
         let mut last_means = None;
         for (row, m) in rows.iter_mut().zip(&mass) {
             if m.columns > 0 {
-                let cells = f64::from(m.columns);
+                let per_cell = 1.0 / f64::from(m.columns);
                 let means = CellMeans {
-                    fresh: m.ages as f64 / max_age / cells,
-                    fresh_bytes: m.ages_bytes as f64 / (max_age * line) / cells,
-                    fresh_distinct: m.ages_distinct as f64 / (max_age * line) / cells,
-                    tint: f64::from(m.tinted_columns) / cells,
+                    fresh: m.ages as f64 * per_age * per_cell,
+                    fresh_bytes: m.ages_bytes as f64 * per_age_byte * per_cell,
+                    fresh_distinct: m.ages_distinct as f64 * per_age_byte * per_cell,
+                    tint: f64::from(m.tinted_columns) * per_cell,
                 };
                 row.means = means;
                 last_means = Some(means);

@@ -255,12 +255,22 @@ impl LineStore for SortedLines {
 /// Lines in a dense vector (no order) with an index from line number to
 /// position ([`LinePositions`]): O(1) updates, and visiting every line (once
 /// per summary block) walks contiguous memory instead of a sparse hash
-/// table of large entries. A removal moves the last line into the hole.
+/// table of large entries. A removal leaves a hole that the next insertion
+/// fills: on a miss-heavy trace nearly every read removes a line and
+/// inserts one, and moving the last line into the hole cost a copy and a
+/// second update of the index per removal.
 #[derive(Clone, Debug, Default)]
 pub struct HashedLines {
     index: LinePositions,
+    /// Lines, and holes (their `line` is [`HOLE`]).
     lines: Vec<LineState>,
+    /// Positions of the holes in `lines`, the next to fill last.
+    holes: Vec<u32>,
 }
+
+/// The line number of a hole: no line is this large (lines are addresses
+/// shifted right by at least 3).
+const HOLE: u64 = u64::MAX;
 
 impl LineStore for HashedLines {
     type Vacancy = Vacancy;
@@ -271,14 +281,26 @@ impl LineStore for HashedLines {
     }
     #[inline]
     fn insert_vacant(&mut self, vacancy: Vacancy, state: LineState) {
-        self.index.occupy_vacant(vacancy, state.line, self.lines.len() as u32);
-        self.lines.push(state);
+        let position = match self.holes.pop() {
+            Some(hole) => {
+                self.lines[hole as usize] = state;
+                hole
+            }
+            None => {
+                self.lines.push(state);
+                (self.lines.len() - 1) as u32
+            }
+        };
+        self.index.occupy_vacant(vacancy, state.line, position);
     }
     #[inline]
     fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState> {
         let lines = &self.lines;
-        let i = self.index.remove_if(line, |p| wanted(&lines[p as usize]))? as usize;
-        Some(self.take_at(i))
+        let i = self.index.remove_if(line, |p| wanted(&lines[p as usize]))?;
+        let state = self.lines[i as usize];
+        self.lines[i as usize].line = HOLE;
+        self.holes.push(i);
+        Some(state)
     }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
@@ -287,41 +309,31 @@ impl LineStore for HashedLines {
     }
     #[inline]
     fn insert(&mut self, state: LineState) {
-        match self.index.insert_if_absent(state.line, self.lines.len() as u32) {
-            Some(i) => self.lines[i as usize] = state,
-            None => self.lines.push(state),
+        match self.find(state.line) {
+            Ok(present) => *present = state,
+            Err(vacancy) => self.insert_vacant(vacancy, state),
         }
     }
     fn len(&self) -> usize {
-        self.lines.len()
+        self.lines.len() - self.holes.len()
     }
     fn sorted(&self) -> Vec<LineState> {
-        let mut v = self.lines.clone();
+        let mut v: Vec<LineState> = self.lines.iter().filter(|l| l.line != HOLE).copied().collect();
         v.sort_unstable_by_key(|l| l.line);
         v
     }
     fn take_all(&mut self) -> Vec<LineState> {
         self.index.clear();
-        std::mem::take(&mut self.lines)
+        self.holes.clear();
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.retain(|l| l.line != HOLE);
+        lines
     }
     fn for_each(&self, visit: impl FnMut(&LineState)) {
-        self.lines.iter().for_each(visit)
+        self.lines.iter().filter(|l| l.line != HOLE).for_each(visit)
     }
     fn for_each_mut(&mut self, visit: impl FnMut(&mut LineState)) {
-        self.lines.iter_mut().for_each(visit)
-    }
-}
-
-impl HashedLines {
-    /// Takes the line at position `i` (already out of the index); the last
-    /// line moves into its place.
-    #[inline]
-    fn take_at(&mut self, i: usize) -> LineState {
-        let state = self.lines.swap_remove(i);
-        if let Some(moved) = self.lines.get(i) {
-            self.index.insert(moved.line, i as u32);
-        }
-        state
+        self.lines.iter_mut().filter(|l| l.line != HOLE).for_each(visit)
     }
 }
 
