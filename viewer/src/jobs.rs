@@ -104,11 +104,14 @@ pub struct Job<K, T> {
     failed: Option<(K, String)>,
     /// Whether it draws a picture of the view (see the module docs).
     picture: bool,
+    /// Whether work started from now on wakes the window when it ends
+    /// ([`Job::set_wakes_window`]).
+    wakes: bool,
 }
 
 impl<K, T> Default for Job<K, T> {
     fn default() -> Self {
-        Job { running: None, pending: None, done: None, failed: None, picture: false }
+        Job { running: None, pending: None, done: None, failed: None, picture: false, wakes: true }
     }
 }
 
@@ -117,6 +120,14 @@ impl<K, T> Job<K, T> {
     /// end do not wake the window; it wakes it when it ends.
     pub fn picture() -> Self {
         Job { picture: true, ..Job::default() }
+    }
+
+    /// Whether work started from now on wakes the window when it ends
+    /// (the default). Work that does not leaves its result to the next
+    /// frame the window draws anyway: the preview while a trace decodes,
+    /// whose frames are paced, and each of which costs the decoder CPU.
+    pub fn set_wakes_window(&mut self, wakes: bool) {
+        self.wakes = wakes;
     }
 }
 
@@ -155,6 +166,7 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
         // Counted from the request, so that work ending before the picture
         // has reached the pool does not wake the window either.
         let drawing = self.picture.then(Drawing::start);
+        let wakes = self.wakes;
         let outcome = Arc::new(Mutex::new(None));
         let slot = outcome.clone();
         let task = AsyncComputeTaskPool::get().spawn(async move {
@@ -164,7 +176,7 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
             drop(drawing);
             // Cancelled work too: what is queued behind it starts at the
             // next frame.
-            if picture || PICTURES_DRAWING.load(Ordering::SeqCst) == 0 {
+            if wakes && (picture || PICTURES_DRAWING.load(Ordering::SeqCst) == 0) {
                 wake_window();
             }
         });
@@ -289,6 +301,24 @@ mod tests {
         }
         assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((2, 20)));
         assert_eq!(wakes::since(before), 2, "the cancelled work and the finished one");
+    }
+
+    /// Work started while the job is told not to wake the window ends
+    /// without waking it; its result is there for the next frame.
+    #[test]
+    fn quiet_work_leaves_its_result_to_the_next_frame() {
+        AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
+        let (before, _turn) = wakes::count();
+        let mut job: Job<u32, u32> = Job::default();
+        job.set_wakes_window(false);
+        job.want(1, |_| Some(10));
+        assert!(wait_for(|| job.poll()), "the work ends");
+        assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((1, 10)));
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(wakes::since(before), 0, "quiet work woke the window");
+        job.set_wakes_window(true);
+        job.want(2, |_| Some(20));
+        assert!(wait_for(|| wakes::since(before) == 1), "work that wakes the window again");
     }
 
     /// Polls until `done` or ten seconds.

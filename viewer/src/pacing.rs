@@ -47,11 +47,14 @@ impl Activity {
 const IDLE_WAIT: Duration = Duration::from_millis(250);
 
 /// Time between frames while a trace decodes (input still draws at once):
-/// the progress bar moves twice a second. Continuous frames (~100 ms of CPU
-/// each at 1920x1080 on lavapipe then, about 40 ms since the panels lost
-/// their fills and egui's shader its `pow`) took one of the two cores and
-/// doubled the time to the decoded trace; five a second took a third.
-pub const LOADING_FRAME: Duration = Duration::from_millis(500);
+/// the progress bar and the preview move once a second. Continuous frames
+/// (~100 ms of CPU each at 1920x1080 on lavapipe then, about 40 ms since the
+/// panels lost their fills and egui's shader its `pow`) took one of the two
+/// cores and doubled the time to the decoded trace; five a second took a
+/// third; two a second, and a frame for each preview picture, about a
+/// second of the 100M-read benchmark trace's eight (no frames at all:
+/// 7.15-7.3 s against 8.0-8.5 s).
+pub const LOADING_FRAME: Duration = Duration::from_millis(1000);
 
 /// Time between frames while background work runs (its end draws at
 /// once). Continuous frames, as before, cost lavapipe ~40 ms of CPU each

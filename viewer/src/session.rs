@@ -124,7 +124,7 @@ impl Session {
         let handle = std::thread::Builder::new().name("linetrace-decode".into()).spawn(move || {
             let model = Model::decode_with_preview(&path, &options, &mut |done| b.store(done, Ordering::Relaxed), p)
                 .map_err(|e| decoder::symbols::error_chain(&e));
-            // Frames are half a second apart while loading: show the
+            // Frames are a second apart while loading: show the
             // decoded trace (or the error) now.
             crate::jobs::wake_window();
             model
@@ -187,7 +187,7 @@ mod tests {
     use super::*;
     use trace_rt::format::{AccessKind, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
-    /// The end of a decoding wakes the window (frames are half a second
+    /// The end of a decoding wakes the window (frames are a second
     /// apart while loading), and the next frame takes the model in.
     #[test]
     fn finished_decoding_wakes_the_window() {

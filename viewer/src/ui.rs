@@ -26,8 +26,10 @@ const RULER_H: f32 = 20.0;
 const GUTTER_W: f32 = 170.0;
 /// Least time between two preview pictures while a trace decodes: a
 /// picture of a 100M-read trace's summary took a fifth of the CPU when it
-/// was redrawn at every frame.
-const PREVIEW_EVERY: std::time::Duration = std::time::Duration::from_millis(1000);
+/// was redrawn at every frame. A little under the loading frames' pace
+/// ([`crate::pacing::LOADING_FRAME`]), so that each loading frame starts
+/// one, which the next shows.
+const PREVIEW_EVERY: std::time::Duration = std::time::Duration::from_millis(900);
 
 /// Which highlight the pointer drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -1168,6 +1170,11 @@ fn loading_view(
     let due = state.preview_started.is_none_or(|t| t.elapsed() >= PREVIEW_EVERY);
     if blocks > 0 && size.0 > 8 && size.1 > 8 && stale && due && !work.preview.busy() {
         state.preview_started = Some(std::time::Instant::now());
+        // Only the first preview draws a frame when it is done (the first
+        // picture comes at once); later ones wait for the next loading
+        // frame, which comes anyway: a frame of its own for each cost the
+        // decoder as much CPU as drawing it.
+        work.preview.set_wakes_window(state.preview.is_none());
         work::want_preview(work, loading.preview.state(), size, state.colour_by);
     }
     if let Some((k, p)) = work.preview.latest() {
