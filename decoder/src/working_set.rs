@@ -605,6 +605,32 @@ mod tests {
         }
     }
 
+    /// The hashed store (holes left by departures, filled by insertions)
+    /// against the sorted one over a long random read sequence: the same
+    /// departures in the same order, the same lines in the same states.
+    #[test]
+    fn hashed_and_sorted_stores_agree_under_churn() {
+        for (max_age, max_rows) in [(8, 8), (16, 5), (3, 100)] {
+            let mut sorted = OrderedWorkingSet::new(config(max_age, max_rows));
+            let mut hashed = FastWorkingSet::new(config(max_age, max_rows));
+            let mut seed = 0x9e37_79b9u64;
+            for i in 0..20_000u64 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                // Mostly a few hot lines, sometimes one of many, sometimes straddling.
+                let line = if seed >> 62 == 0 { (seed >> 20) % 4096 } else { (seed >> 20) % 24 };
+                let addr = line * 64 + if seed & 0x300 == 0 { 60 } else { seed & 0x38 };
+                let (mut gone_sorted, mut gone_hashed) = (Vec::new(), Vec::new());
+                sorted.read(addr, 8, &mut |d: Departure| gone_sorted.push(d.state));
+                hashed.read(addr, 8, &mut |d: Departure| gone_hashed.push(d.state));
+                assert_eq!(gone_sorted, gone_hashed, "read {i}: departures");
+                assert_eq!(sorted.len(), hashed.len(), "read {i}: size");
+                if i % 97 == 0 {
+                    assert_eq!(sorted.snapshot(), hashed.snapshot(), "read {i}: lines");
+                }
+            }
+        }
+    }
+
     #[test]
     fn restore_continues_identically() {
         let mut a = OrderedWorkingSet::new(config(8, 8));
