@@ -52,7 +52,14 @@ impl Loaded {
 
 /// A decoding under way.
 pub struct Loading {
-    handle: JoinHandle<Result<Model, String>>,
+    /// The decoding thread: it puts its outcome in `outcome`, then wakes
+    /// the window, then ends.
+    handle: JoinHandle<()>,
+    /// The decoded model or why not, put here before the window is woken:
+    /// the frame the wake-up draws finds it (the thread itself is finished
+    /// only a moment later; a frame that waited for that left the decoded
+    /// trace to the next paced frame, up to a second later).
+    outcome: Arc<std::sync::Mutex<Option<Result<Model, String>>>>,
     /// The summary so far.
     pub preview: Arc<Preview>,
     /// Bytes of the file read so far.
@@ -121,18 +128,21 @@ impl Session {
         let bytes = Arc::new(AtomicU64::new(0));
         let total_bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         let (path, options, p, b) = (self.path.clone(), self.options, preview.clone(), bytes.clone());
+        let outcome = Arc::new(std::sync::Mutex::new(None));
+        let slot = outcome.clone();
         let handle = std::thread::Builder::new().name("linetrace-decode".into()).spawn(move || {
             let model = Model::decode_with_preview(&path, &options, &mut |done| b.store(done, Ordering::Relaxed), p)
                 .map_err(|e| decoder::symbols::error_chain(&e));
+            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(model);
             // Frames are a second apart while loading: show the
             // decoded trace (or the error) now.
             crate::jobs::wake_window();
-            model
         });
         match handle {
             Ok(handle) => {
                 self.loading = Some(Loading {
                     handle,
+                    outcome,
                     preview,
                     bytes,
                     total_bytes,
@@ -159,14 +169,21 @@ impl Session {
     /// Takes in a finished decoding, fitting `view` to the new model's
     /// extent; true when a new model arrived.
     pub fn poll(&mut self, view: &mut Viewport) -> bool {
-        let finished = self.loading.as_ref().is_some_and(|l| l.handle.is_finished());
-        if !finished {
+        let Some(loading) = self.loading.as_ref() else { return false };
+        let outcome = loading.outcome.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Finished without an outcome: the decoder panicked (a bug; the
+        // message is on stderr).
+        let Some(outcome) =
+            outcome.or_else(|| loading.handle.is_finished().then(|| Err("decoding failed unexpectedly".to_string())))
+        else {
             return false;
-        }
+        };
         let Some(loading) = self.loading.take() else { return false };
         let elapsed = loading.started.elapsed();
-        match loading.handle.join() {
-            Ok(Ok(model)) => {
+        // Done or about to be: nothing to wait for.
+        drop(loading.handle);
+        match outcome {
+            Ok(model) => {
                 self.generation += 1;
                 let symbols = Arc::new(Symbolizer::with_paths(&model.modules, self.symbol_paths.clone()));
                 view.set_extent(model.columns as f64, f64::from(model.metrics.max_rows.max(1)));
@@ -175,8 +192,7 @@ impl Session {
                 self.error = None;
                 return true;
             }
-            Ok(Err(e)) => self.error = Some(e),
-            Err(_) => self.error = Some("decoding failed unexpectedly".to_string()),
+            Err(e) => self.error = Some(e),
         }
         false
     }
@@ -188,7 +204,8 @@ mod tests {
     use trace_rt::format::{AccessKind, Event, Implied, Metadata, Site, TraceWriter, Trailer};
 
     /// The end of a decoding wakes the window (frames are a second
-    /// apart while loading), and the next frame takes the model in.
+    /// apart while loading), and the frame it wakes takes the model in,
+    /// even if the decoding thread has not quite ended yet.
     #[test]
     fn finished_decoding_wakes_the_window() {
         let path = std::env::temp_dir().join(format!("linetrace-session-{}.lntrace", std::process::id()));
@@ -204,12 +221,12 @@ mod tests {
         let (before, _turn) = crate::jobs::wakes::count();
         let mut session = Session::open(path.clone(), DecodeOptions::default(), SymbolPaths::default());
         let start = Instant::now();
-        while !session.loading.as_ref().is_some_and(|l| l.handle.is_finished()) {
+        while crate::jobs::wakes::since(before) == 0 {
             assert!(start.elapsed() < Duration::from_secs(20), "decoding a 100-read trace takes seconds");
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::yield_now();
         }
+        assert!(session.poll(&mut Viewport::default()), "the frame the wake-up draws takes the model in");
         assert_eq!(crate::jobs::wakes::since(before), 1);
-        assert!(session.poll(&mut Viewport::default()), "the model is taken in");
         assert_eq!(session.loaded.as_ref().map(|l| l.model.total.reads), Some(100));
         let _ = std::fs::remove_file(&path);
     }
