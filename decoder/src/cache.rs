@@ -293,7 +293,7 @@ impl CacheLevel {
     #[inline]
     pub fn prefetch(&self, addr: u64) {
         let start = ((addr >> self.line_shift) & self.set_mask) as usize * self.ways;
-        // A set of 16 ways spans two host cache lines.
+        // One prefetch per host cache line of the set (eight ways each).
         for way in self.tags[start..start + self.ways].iter().step_by(8) {
             crate::prefetch::prefetch(way);
         }

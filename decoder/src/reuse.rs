@@ -18,7 +18,9 @@
 //! same-line shortcut sets a mark at the present, and one at a short
 //! distance clears a mark in the same block, so this spares one or two
 //! walks up the tree per access: the tail's count enters the tree once per
-//! block.
+//! block. And a line read again within the tail block (a sweep's next
+//! read of its line) has all the marks after its last read in the tail's
+//! words, which are counted directly, without walking the tree.
 //!
 //! Memory is bounded by the number of distinct lines, not by the trace
 //! length: when the time axis fills the tree, the live marks (one per line)

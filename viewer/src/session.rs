@@ -57,8 +57,8 @@ pub struct Loading {
     handle: JoinHandle<()>,
     /// The decoded model or why not, put here before the window is woken:
     /// the frame the wake-up draws finds it (the thread itself is finished
-    /// only a moment later; a frame that waited for that left the decoded
-    /// trace to the next paced frame, up to a second later).
+    /// only a moment later, and a frame that waited for that would leave
+    /// the decoded trace to the next paced frame, up to a second later).
     outcome: Arc<std::sync::Mutex<Option<Result<Model, String>>>>,
     /// The summary so far.
     pub preview: Arc<Preview>,
