@@ -29,7 +29,8 @@ const GUTTER_W: f32 = 170.0;
 /// was redrawn at every frame. A little under the loading frames' pace
 /// ([`crate::pacing::LOADING_FRAME`]), so that each loading frame starts
 /// one, which the next shows.
-const PREVIEW_EVERY: std::time::Duration = std::time::Duration::from_millis(900);
+const PREVIEW_EVERY: std::time::Duration =
+    crate::pacing::LOADING_FRAME.saturating_sub(std::time::Duration::from_millis(100));
 
 /// Which highlight the pointer drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
