@@ -357,6 +357,7 @@ fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batc
 struct SetObserver<'a> {
     fetches: &'a mut FetchCounter,
     spans: &'a mut SpanAccumulator,
+    live: &'a LiveBlocks,
 }
 
 impl LineObserver for SetObserver<'_> {
@@ -367,7 +368,7 @@ impl LineObserver for SetObserver<'_> {
     #[inline]
     fn inserted(&mut self, state: &mut LineState) {
         self.fetches.inserted(state);
-        self.spans.inserted(state);
+        self.spans.inserted(state, |lo, hi| self.live.overlaps(lo, hi));
     }
     #[inline]
     fn departed(&mut self, d: Departure) {
@@ -411,7 +412,7 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
                     }
                     spans.begin_column(column);
                     let before = fetches.inserted;
-                    set.read(addr, size, &mut SetObserver { fetches: &mut fetches, spans: &mut spans });
+                    set.read(addr, size, &mut SetObserver { fetches: &mut fetches, spans: &mut spans, live: &live });
                     if fetches.inserted > before {
                         let site = site as usize;
                         if site >= site_fetches.len() {
@@ -419,7 +420,7 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
                         }
                         site_fetches[site] += fetches.inserted - before;
                     }
-                    spans.end_column(&mut set, |lo, hi| live.overlaps(lo, hi));
+                    spans.end_column(&set);
                     max_rows = max_rows.max(set.len() as u32);
                     column += 1;
                 }

@@ -1026,12 +1026,11 @@ fn rasterize_spans_part(
         while cursor.column() < end {
             let column = cursor.column();
             spans.begin_column(column);
-            if cursor.step(&mut spans)?.is_none() {
+            let tint = |lo, hi| index.overlapping(&model.allocations, lo, hi, column).next().is_some();
+            if cursor.step(&mut spans.observer(tint))?.is_none() {
                 break;
             }
-            spans.end_column(cursor.set_mut(), |lo, hi| {
-                index.overlapping(&model.allocations, lo, hi, column).next().is_some()
-            });
+            spans.end_column(cursor.set());
         }
         let span = spans.close_span(cursor.set_mut());
         if span.end > span.start {

@@ -181,15 +181,12 @@ impl LineSums {
 }
 
 /// Follows a working set column by column and sums it into spans. Drive it
-/// with [`SpanAccumulator::begin_column`], the set's read with the
-/// accumulator as observer, [`SpanAccumulator::end_column`]; close spans
-/// with [`SpanAccumulator::close_span`].
+/// with [`SpanAccumulator::begin_column`], the set's read with
+/// [`SpanAccumulator::observer`] as observer, [`SpanAccumulator::end_column`];
+/// close spans with [`SpanAccumulator::close_span`].
 pub struct SpanAccumulator {
     config: WorkingSetConfig,
     line_size: LineSize,
-    /// Lines that entered the set in the current column: whether they are
-    /// inside an allocation is asked at the column's end.
-    entered: Vec<u64>,
     /// Sums of lines that left during the span, with their line number.
     departed: Vec<(u64, LineSums)>,
     /// Columns of the span by set size after the read.
@@ -226,7 +223,6 @@ impl SpanAccumulator {
         SpanAccumulator {
             config,
             line_size,
-            entered: Vec::new(),
             departed: Vec::new(),
             sizes: Vec::new(),
             present: Vec::new(),
@@ -245,22 +241,9 @@ impl SpanAccumulator {
         self.column = column;
     }
 
-    /// The read of the current column is done; `clock` and `len` are the
-    /// set's miss clock and size after it; `tint(lo, hi)` says whether the
-    /// line of addresses `[lo, hi)` is inside a recorded allocation (asked
-    /// for lines that just entered the set).
+    /// The read of the current column is done; `set` is the set after it.
     #[inline]
-    pub fn end_column<S: LineStore>(&mut self, set: &mut WorkingSet<S>, mut tint: impl FnMut(u64, u64) -> bool) {
-        if !self.entered.is_empty() {
-            for &line in &self.entered {
-                let start = self.line_size.start_of(line);
-                let tinted = tint(start, start.saturating_add(u64::from(self.line_size.bytes())));
-                if let Some(l) = set.get_mut(line) {
-                    l.spans.tinted = tinted;
-                }
-            }
-            self.entered.clear();
-        }
+    pub fn end_column<S: LineStore>(&mut self, set: &WorkingSet<S>) {
         self.clock_sum = self.clock_sum.wrapping_add(set.clock());
         let len = set.len();
         if self.sizes.len() <= len {
@@ -268,6 +251,41 @@ impl SpanAccumulator {
         }
         self.sizes[len] += 1;
         self.column += 1;
+    }
+
+    /// The observer of the current column's read: `tint(lo, hi)` says
+    /// whether the line of addresses `[lo, hi)` is inside a recorded
+    /// allocation (asked for lines entering the set).
+    #[inline]
+    pub fn observer<T: FnMut(u64, u64) -> bool>(&mut self, tint: T) -> SpanObserver<'_, T> {
+        SpanObserver { spans: self, tint }
+    }
+
+    /// `state` entered the set in the current column: its sums start here,
+    /// with its tint decided once (`tint` as in [`SpanAccumulator::observer`]).
+    /// Decided now, not at the column's end: that took a second lookup of
+    /// the line per miss.
+    #[inline]
+    pub fn inserted(&mut self, state: &mut LineState, tint: impl FnOnce(u64, u64) -> bool) {
+        let start = self.line_size.start_of(state.line);
+        let tinted = tint(start, start.saturating_add(u64::from(self.line_size.bytes())));
+        state.spans = LineSums { since: self.column, clock_sum_since: self.clock_sum, tinted, ..LineSums::default() };
+    }
+
+    /// `state` is about to be touched: its sums are settled up to now.
+    #[inline]
+    pub fn before_touch(&mut self, state: &mut LineState) {
+        self.settle(state);
+    }
+
+    /// A line left the set: its sums go to the span's departed lines.
+    #[inline]
+    pub fn departed(&mut self, departure: Departure) {
+        let mut state = departure.state;
+        self.settle(&mut state);
+        if state.spans.columns > 0 {
+            self.departed.push((state.line, state.spans));
+        }
     }
 
     /// Settles the sums of `state` up to the current column.
@@ -366,25 +384,27 @@ impl SpanAccumulator {
     }
 }
 
-impl LineObserver for SpanAccumulator {
+/// A [`SpanAccumulator`] observing one column's read, with the tint of
+/// lines entering the set ([`SpanAccumulator::observer`]).
+pub struct SpanObserver<'a, T> {
+    spans: &'a mut SpanAccumulator,
+    tint: T,
+}
+
+impl<T: FnMut(u64, u64) -> bool> LineObserver for SpanObserver<'_, T> {
     #[inline]
     fn before_touch(&mut self, state: &mut LineState) {
-        self.settle(state);
+        self.spans.before_touch(state);
     }
 
     #[inline]
     fn inserted(&mut self, state: &mut LineState) {
-        state.spans = LineSums { since: self.column, clock_sum_since: self.clock_sum, ..LineSums::default() };
-        self.entered.push(state.line);
+        self.spans.inserted(state, &mut self.tint);
     }
 
     #[inline]
     fn departed(&mut self, departure: Departure) {
-        let mut state = departure.state;
-        self.settle(&mut state);
-        if state.spans.columns > 0 {
-            self.departed.push((state.line, state.spans));
-        }
+        self.spans.departed(departure);
     }
 }
 
@@ -425,14 +445,43 @@ mod tests {
         let (a, b, c) = (100 * 64, 200 * 64, 300 * 64);
         for (column, (addr, size)) in [(a, 64), (b, 1), (c, 1), (a, 64)].into_iter().enumerate() {
             acc.begin_column(column as u64);
-            set.read(addr, size, &mut acc);
-            acc.end_column(&mut set, |_, _| false);
+            set.read(addr, size, &mut acc.observer(|_, _| false));
+            acc.end_column(&set);
         }
         assert_eq!(set.len(), 2, "A (back) and C are in the set, B left");
         let span = acc.close_span(&mut set);
         let bytes_fraction = |row: usize| span.rows[row].means.fresh_bytes / span.rows[row].means.fresh;
         assert_eq!(bytes_fraction(0), 1.0, "row 0: A's cells, before it left and since it came back");
         assert_eq!(bytes_fraction(1), 1.0 / 64.0, "row 1: C's cells and B's, which left");
+    }
+
+    /// A line's tint is asked once, with its addresses, when it enters the
+    /// set, and holds while it stays: line B lies in an allocation (the
+    /// tint says so for its addresses only), line A does not; A is touched
+    /// again, which must not change its tint.
+    #[test]
+    fn a_line_is_tinted_when_it_enters_inside_an_allocation() {
+        let config = WorkingSetConfig { line_size: 64, max_age: 8, max_rows: 16 };
+        let mut set = FastWorkingSet::new(config);
+        let mut acc = SpanAccumulator::new(&mut set, 0, |_, _| false);
+        let (a, b) = (100 * 64, 200 * 64);
+        let mut asked = Vec::new();
+        for (column, addr) in [a, b, a + 8, b + 8].into_iter().enumerate() {
+            acc.begin_column(column as u64);
+            set.read(
+                addr,
+                8,
+                &mut acc.observer(|lo, hi| {
+                    asked.push((lo, hi));
+                    lo >= b && hi <= b + 64
+                }),
+            );
+            acc.end_column(&set);
+        }
+        assert_eq!(asked, vec![(a, a + 64), (b, b + 64)], "asked once per line, when it entered");
+        let span = acc.close_span(&mut set);
+        assert_eq!(span.rows[0].means.tint, 0.0, "row 0: line A, outside");
+        assert_eq!(span.rows[1].means.tint, 1.0, "row 1: line B, inside");
     }
 
     #[test]

@@ -120,8 +120,8 @@ proptest! {
         for &end in &edges {
             while h.column() < end {
                 acc.begin_column(h.column());
-                h.step(&mut acc).expect("step");
-                acc.end_column(h.set_mut(), |_, _| false);
+                h.step(&mut acc.observer(|_, _| false)).expect("step");
+                acc.end_column(h.set());
             }
             let span = acc.close_span(h.set_mut());
             prop_assert_eq!((span.start, span.end), (start, end));
@@ -164,8 +164,8 @@ fn the_summary_built_while_decoding_equals_spans_by_replay() {
         let end = ((block as u64 + 1) * width).min(model.columns);
         while h.column() < end {
             acc.begin_column(h.column());
-            h.step(&mut acc).expect("step");
-            acc.end_column(h.set_mut(), |_, _| false);
+            h.step(&mut acc.observer(|_, _| false)).expect("step");
+            acc.end_column(h.set());
         }
         let span = acc.close_span(h.set_mut());
         let cells: Vec<SummaryCell> = span.rows.iter().map(SummaryCell::from_row).collect();
