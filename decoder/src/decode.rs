@@ -45,7 +45,7 @@ use crate::working_set::{Departure, FastWorkingSet, FetchCounter, LineObserver, 
 
 /// Operations per batch sent to the working-set stage.
 const BATCH: usize = 1 << 13;
-/// Batches in flight (25 MB): the three stages share two cores, and each
+/// Batches in flight (17 MB): the three stages share two cores, and each
 /// waits less for another that the scheduler set aside with this much slack
 /// between them (8 batches: 9.1 s for the 100M-read benchmark trace's
 /// `report`, 64: 8.3 s, 256: 8.0 s).
@@ -168,20 +168,28 @@ pub(crate) fn decode(
     })
 }
 
-/// What the event stage tells the other stages, in column order.
+/// What the event stage tells the other stages, in column order. An
+/// operation holds one address and at most 48 bits besides: what does not
+/// fit comes in an operation before or after it.
 #[derive(Clone, Copy)]
 enum SetOp {
     /// The next column's read (loads and read-modify-writes: `writes`), by
-    /// `site`.
-    Read { addr: u64, size: u64, site: u32, writes: bool },
+    /// `site`, of `size` bytes ([`OpSize`]).
+    Read { addr: u64, site: u32, size: u16, writes: bool },
     /// A store: for the cache simulation (writes make no column).
-    Write { addr: u64, size: u64, site: u32 },
+    Write { addr: u64, site: u32, size: u16 },
+    /// The size of the next `Read` or `Write`, whose own `size` is
+    /// [`OpSize::LONG`] (a string instruction's range).
+    LongSize { size: u64 },
     /// The accesses from here on are by the thread in slot `slot` (for the
     /// reuse distances' distinct lines per thread). Sent when it changes,
-    /// not with every access: an access stays 24 bytes.
+    /// not with every access: an access stays 16 bytes.
     Thread { slot: u32 },
-    /// A block became live (for the allocation tint).
-    Alloc { start: u64, end: u64 },
+    /// A block became live from `start` (for the allocation tint); its end
+    /// is in the `AllocEnd` right after.
+    Alloc { start: u64 },
+    /// The end of the block in the `Alloc` before.
+    AllocEnd { end: u64 },
     /// The live block at `start` ended.
     Free { start: u64 },
     /// Record the set's state here (a snapshot the event stage keeps).
@@ -190,8 +198,37 @@ enum SetOp {
     ThinSnapshots,
 }
 
-// Every access goes through the batches: keep an operation at 24 bytes.
-const _: () = assert!(std::mem::size_of::<SetOp>() == 24);
+// Every access goes through the batches, which are larger than the CPU's
+// caches: keep an operation at 16 bytes (at 24, `report` of the 100M-read
+// benchmark trace took 2-3% longer).
+const _: () = assert!(std::mem::size_of::<SetOp>() == 16);
+
+/// Access sizes as operations carry them, and what a stage needs to read
+/// them back: the last [`SetOp::LongSize`].
+#[derive(Default)]
+struct OpSize {
+    long: u64,
+}
+
+impl OpSize {
+    /// An access's `size` field that says "see the `LongSize` before".
+    const LONG: u16 = u16::MAX;
+
+    /// The `size` field of an access of `size` bytes, and the `LongSize`
+    /// to send before it if it needs one.
+    fn encode(size: u64) -> (u16, Option<SetOp>) {
+        match u16::try_from(size) {
+            Ok(short) if short != Self::LONG => (short, None),
+            _ => (Self::LONG, Some(SetOp::LongSize { size })),
+        }
+    }
+
+    /// The size an access's `size` field stands for.
+    #[inline]
+    fn decode(&self, size: u16) -> u64 {
+        if size == Self::LONG { self.long } else { u64::from(size) }
+    }
+}
 
 /// Operations shared by the stages that read them.
 type Batch = Arc<Vec<SetOp>>;
@@ -228,6 +265,17 @@ impl StageSender {
         if self.batch.len() >= BATCH {
             self.send_batch();
         }
+    }
+
+    /// The `size` field of an access of `size` bytes, having sent the
+    /// [`SetOp::LongSize`] it needs, if any.
+    #[inline]
+    fn send_size(&mut self, size: u64) -> u16 {
+        let (short, long) = OpSize::encode(size);
+        if let Some(op) = long {
+            self.send(op);
+        }
+        short
     }
 
     /// Sends the full batch to both stages.
@@ -329,6 +377,7 @@ const CACHE_LOOKAHEAD: usize = 8;
 /// and writes in order.
 fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batch>) -> CacheStage {
     let mut cache = CacheStage::new(config, line_size);
+    let mut sizes = OpSize::default();
     for batch in receiver {
         for (i, op) in batch.iter().enumerate() {
             if let Some(SetOp::Read { addr, .. } | SetOp::Write { addr, .. }) = batch.get(i + CACHE_LOOKAHEAD) {
@@ -336,16 +385,23 @@ fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batc
             }
             match *op {
                 SetOp::Read { addr, size, site, writes } => {
+                    let size = sizes.decode(size);
                     let outcome = cache.access(addr, size, site, false);
                     cache.columns.push(outcome);
                     cache.measure_reuse(addr, size, true, writes);
                 }
                 SetOp::Write { addr, size, site } => {
+                    let size = sizes.decode(size);
                     cache.access(addr, size, site, true);
                     cache.measure_reuse(addr, size, false, true);
                 }
+                SetOp::LongSize { size } => sizes.long = size,
                 SetOp::Thread { slot } => cache.thread = slot as usize,
-                SetOp::Alloc { .. } | SetOp::Free { .. } | SetOp::Snapshot | SetOp::ThinSnapshots => {}
+                SetOp::Alloc { .. }
+                | SetOp::AllocEnd { .. }
+                | SetOp::Free { .. }
+                | SetOp::Snapshot
+                | SetOp::ThinSnapshots => {}
             }
         }
     }
@@ -402,10 +458,13 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
     let mut snapshot_sets = Vec::new();
     let mut site_fetches: Vec<u64> = Vec::new();
     let mut column = 0u64;
+    let mut sizes = OpSize::default();
+    let mut alloc_start = 0u64;
     for batch in receiver {
         for op in batch.iter() {
             match *op {
                 SetOp::Read { addr, size, site, .. } => {
+                    let size = sizes.decode(size);
                     if column == next_block {
                         pyramid.push(&spans.close_span(&mut set));
                         next_block += pyramid.block_width();
@@ -424,10 +483,12 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
                     max_rows = max_rows.max(set.len() as u32);
                     column += 1;
                 }
+                SetOp::LongSize { size } => sizes.long = size,
                 // Writes and threads are the cache stage's.
                 SetOp::Write { .. } | SetOp::Thread { .. } => {}
-                SetOp::Alloc { start, end } => {
-                    live.0.insert(start, end);
+                SetOp::Alloc { start } => alloc_start = start,
+                SetOp::AllocEnd { end } => {
+                    live.0.insert(alloc_start, end);
                 }
                 SetOp::Free { start } => {
                     live.0.remove(&start);
@@ -737,10 +798,12 @@ impl EventStage {
             if let Some(b) = block {
                 self.allocations[b].reads += 1;
             }
-            self.stages.send(SetOp::Read { addr: a.addr, size: a.size, site: a.site, writes: a.writes });
+            let size = self.stages.send_size(a.size);
+            self.stages.send(SetOp::Read { addr: a.addr, site: a.site, size, writes: a.writes });
             self.column += 1;
         } else if a.writes {
-            self.stages.send(SetOp::Write { addr: a.addr, size: a.size, site: a.site });
+            let size = self.stages.send_size(a.size);
+            self.stages.send(SetOp::Write { addr: a.addr, site: a.site, size });
         }
     }
 
@@ -879,7 +942,8 @@ impl EventStage {
         }
         let index = self.allocations.len();
         let record = self.new_record(thread, a, event, None);
-        self.stages.send(SetOp::Alloc { start: record.address, end: record.end() });
+        self.stages.send(SetOp::Alloc { start: record.address });
+        self.stages.send(SetOp::AllocEnd { end: record.end() });
         self.last_created = Some(index);
         self.allocations.push(record);
         if let Some(old) = self.live.insert(a.ptr_out, index) {

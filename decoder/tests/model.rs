@@ -241,12 +241,18 @@ fn reads_fall_into_allocations() {
     w.push(1, &Event::Access { site, addr: 0x6010 }).expect("push");
     w.push(1, &alloc(AllocKind::Free, 0, 0x6000, 0)).expect("push");
     w.push(1, &alloc(AllocKind::Free, 0, 0x9999, 0)).expect("push");
+    w.push(1, &Event::Access { site, addr: 0x9000 }).expect("push"); // in no block
     w.finish(&Trailer::default()).expect("finish");
     let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let blocks: Vec<(u64, u64, u64, Option<u64>, u64)> =
         model.allocations.iter().map(|a| (a.address, a.size, a.alloc_column, a.free_column, a.reads)).collect();
     assert_eq!(blocks, vec![(0x5000, 100, 0, Some(3), 2), (0x6000, 200, 3, Some(5), 1)]);
     assert_eq!(model.metrics.foreign_frees, 1);
+    // The summary tints the rows of lines that overlapped a live block when
+    // they entered the set (the allocation overlay): lines 0x5000, 0x5040
+    // (the block's last 36 bytes) and 0x6000, not line 0x9000.
+    let tints: Vec<u8> = model.pyramid.levels[0].block(0).iter().map(|cell| cell.tint).collect();
+    assert_eq!(tints, vec![255, 255, 255, 0]);
 }
 
 /// The plain per-cell algorithm: every column, every row in view. The fast
@@ -479,4 +485,36 @@ fn importance_is_powf() {
             assert_eq!(got.to_bits(), f64::powf(f, alpha).to_bits(), "{f}^{alpha}");
         }
     }
+}
+
+/// Accesses of 64 KiB and more (a string instruction's range) reach the
+/// working set and the cache simulation whole: the decoding pass hands
+/// sizes on in 16 bits, and a larger one in an operation of its own. Reads
+/// just below, at and above that limit, and a write above it, each at its
+/// own line-aligned place: every line they cover is a first touch.
+#[test]
+fn accesses_of_64_kib_and_more_reach_every_stage_whole() {
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
+    let file = std::fs::File::create(&path).expect("create");
+    let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
+    let site = |w: &mut TraceWriter<std::fs::File>, pc, kind| {
+        w.add_site(Site { pc, len: 4, kind, size: 8, count: 1, implied: Implied::NONE })
+    };
+    let (read, write) = (site(&mut w, 0x1000, AccessKind::Read), site(&mut w, 0x1004, AccessKind::Write));
+    w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
+    let reads = [65_534u64, 65_535, 65_536, 100_000];
+    for (i, &size) in reads.iter().enumerate() {
+        w.push(1, &Event::AccessSized { site: read, addr: 0x10_0000 * (i as u64 + 1), size }).expect("push");
+    }
+    w.push(1, &Event::AccessSized { site: write, addr: 0x80_0000, size: 70_000 }).expect("push");
+    w.finish(&Trailer::default()).expect("finish");
+    let model = Model::decode(&path, &options(8192, 8192, 1 << 20), &mut |_| {}).expect("decode");
+    let lines = |size: u64| size.div_ceil(64);
+    let read_lines: u64 = reads.iter().map(|&s| lines(s)).sum();
+    assert_eq!(read_lines, 1024 * 3 + 1563);
+    assert_eq!(model.metrics.line_fetches, read_lines, "the working set took in every line read");
+    assert_eq!(model.cache.misses.d1_read, read_lines, "each line of a long read is a miss");
+    assert_eq!(model.cache.misses.d1_write, lines(70_000), "and of the long write");
+    assert_eq!(model.metrics.reuse.cold, read_lines, "the reuse distances saw each line read");
+    assert_eq!(model.total.unique_lines, read_lines + lines(70_000), "and each line written");
 }
