@@ -33,6 +33,13 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 fn main() -> ExitCode {
+    if let Some(missing) = missing_cpu_feature() {
+        eprintln!(
+            "linetrace: error: this CPU lacks {missing}: linetrace is built for x86-64-v2 CPUs \
+             (see .cargo/config.toml)"
+        );
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(args) => record::record(args),
@@ -54,4 +61,17 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The first feature of the x86-64-v2 level the build targets that this CPU
+/// lacks (the check runs before any code compiled for it).
+fn missing_cpu_feature() -> Option<&'static str> {
+    let has = [
+        ("popcnt", std::arch::is_x86_feature_detected!("popcnt")),
+        ("sse4.2", std::arch::is_x86_feature_detected!("sse4.2")),
+        ("sse4.1", std::arch::is_x86_feature_detected!("sse4.1")),
+        ("ssse3", std::arch::is_x86_feature_detected!("ssse3")),
+        ("cmpxchg16b", std::arch::is_x86_feature_detected!("cmpxchg16b")),
+    ];
+    has.into_iter().find(|&(_, present)| !present).map(|(name, _)| name)
 }
