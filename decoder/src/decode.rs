@@ -41,7 +41,7 @@ use crate::reuse::ReuseQueue;
 use crate::spans::SpanAccumulator;
 use crate::timeline::on_timeline;
 use crate::totals::Totals;
-use crate::working_set::{Departure, FastWorkingSet, FetchCounter, LineObserver, LineState, WorkingSetConfig};
+use crate::working_set::{FastWorkingSet, FetchCounter, LineObserver, LineState, WorkingSetConfig};
 
 /// Operations per batch sent to the working-set stage.
 const BATCH: usize = 1 << 13;
@@ -427,9 +427,9 @@ impl LineObserver for SetObserver<'_> {
         self.spans.inserted(state, |lo, hi| self.live.overlaps(lo, hi));
     }
     #[inline]
-    fn departed(&mut self, d: Departure) {
-        self.fetches.departed(d);
-        self.spans.departed(d);
+    fn departed(&mut self, state: &LineState) {
+        self.fetches.departed(state);
+        self.spans.departed(state);
     }
 }
 
@@ -509,7 +509,7 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
     }
     let pyramid = pyramid.finish(column);
     // Lines still in the set at the end count as fetches too.
-    set.drain(|d| LineObserver::departed(&mut fetches, d));
+    set.drain(|d| fetches.departed(&d.state));
     SetResults { fetches, max_rows, pyramid, snapshot_sets, site_fetches }
 }
 

@@ -21,7 +21,7 @@
 //! histogram of the set's size), so is every line's colour mass.
 
 use crate::lines::LineSize;
-use crate::working_set::{Departure, LineObserver, LineState, LineStore, WorkingSet, WorkingSetConfig};
+use crate::working_set::{LineObserver, LineState, LineStore, WorkingSet, WorkingSetConfig};
 
 /// The colour terms of a cell, or the means of a group of cells.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -280,21 +280,26 @@ impl SpanAccumulator {
 
     /// A line left the set: its sums go to the span's departed lines.
     #[inline]
-    pub fn departed(&mut self, departure: Departure) {
-        let mut state = departure.state;
-        self.settle(&mut state);
-        if state.spans.columns > 0 {
-            self.departed.push((state.line, state.spans));
+    pub fn departed(&mut self, state: &LineState) {
+        let sums = self.settled(state);
+        if sums.columns > 0 {
+            self.departed.push((state.line, sums));
         }
     }
 
     /// Settles the sums of `state` up to the current column.
     #[inline]
     fn settle(&self, state: &mut LineState) {
-        let sums = &mut state.spans;
+        state.spans = self.settled(state);
+    }
+
+    /// The sums of `state` settled up to the current column.
+    #[inline]
+    fn settled(&self, state: &LineState) -> LineSums {
+        let mut sums = state.spans;
         let n = self.column.saturating_sub(sums.since);
         if n == 0 {
-            return;
+            return sums;
         }
         let clocks = self.clock_sum.wrapping_sub(sums.clock_sum_since);
         // Age at a column is max_age - (clock - last_touch): summed, the
@@ -310,6 +315,7 @@ impl SpanAccumulator {
         }
         sums.since = self.column;
         sums.clock_sum_since = self.clock_sum;
+        sums
     }
 
     /// Ends the span at the current column (exclusive) and starts the next.
@@ -403,8 +409,8 @@ impl<T: FnMut(u64, u64) -> bool> LineObserver for SpanObserver<'_, T> {
     }
 
     #[inline]
-    fn departed(&mut self, departure: Departure) {
-        self.spans.departed(departure);
+    fn departed(&mut self, state: &LineState) {
+        self.spans.departed(state);
     }
 }
 

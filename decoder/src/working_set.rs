@@ -115,8 +115,9 @@ pub trait LineObserver {
     fn inserted(&mut self, state: &mut LineState) {
         let _ = state;
     }
-    /// A line left the set.
-    fn departed(&mut self, departure: Departure);
+    /// A line left the set with `state` (by reference: a line's state is
+    /// over a hundred bytes, and the copy cost more than the work on it).
+    fn departed(&mut self, state: &LineState);
 }
 
 /// Counts lines entering and leaving the set, and what was read from the
@@ -150,17 +151,17 @@ impl LineObserver for FetchCounter {
         self.inserted += 1;
     }
     #[inline]
-    fn departed(&mut self, d: Departure) {
+    fn departed(&mut self, state: &LineState) {
         self.departed += 1;
-        self.bytes_read += u64::from(d.state.bytes_read);
-        self.distinct_bytes += u64::from(d.state.distinct_bytes());
+        self.bytes_read += u64::from(state.bytes_read);
+        self.distinct_bytes += u64::from(state.distinct_bytes());
     }
 }
 
 impl<F: FnMut(Departure)> LineObserver for F {
     #[inline]
-    fn departed(&mut self, departure: Departure) {
-        self(departure)
+    fn departed(&mut self, state: &LineState) {
+        self(Departure { state: *state })
     }
 }
 
@@ -184,8 +185,14 @@ pub trait LineStore: Default {
     /// Adds `state`, whose line was absent, where [`LineStore::find`] said,
     /// with no change to the store since.
     fn insert_vacant(&mut self, vacancy: Self::Vacancy, state: LineState);
-    /// Removes `line` if it is present and `wanted` (one lookup for both).
-    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState>;
+    /// Removes `line` if it is present and `wanted` (one lookup for both),
+    /// showing its state to `removed`; true when it was removed.
+    fn remove_if(
+        &mut self,
+        line: u64,
+        wanted: impl FnOnce(&LineState) -> bool,
+        removed: impl FnOnce(&LineState),
+    ) -> bool;
     /// The state of `line`, if present.
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState>;
     /// Adds a line that is not present.
@@ -221,9 +228,18 @@ impl LineStore for SortedLines {
     fn insert_vacant(&mut self, row: usize, state: LineState) {
         self.0.insert(row, state);
     }
-    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState> {
-        let i = self.0.binary_search_by_key(&line, |l| l.line).ok()?;
-        wanted(&self.0[i]).then(|| self.0.remove(i))
+    fn remove_if(
+        &mut self,
+        line: u64,
+        wanted: impl FnOnce(&LineState) -> bool,
+        removed: impl FnOnce(&LineState),
+    ) -> bool {
+        let Ok(i) = self.0.binary_search_by_key(&line, |l| l.line) else { return false };
+        if !wanted(&self.0[i]) {
+            return false;
+        }
+        removed(&self.0.remove(i));
+        true
     }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
@@ -294,13 +310,20 @@ impl LineStore for HashedLines {
         self.index.occupy_vacant(vacancy, state.line, position);
     }
     #[inline]
-    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool) -> Option<LineState> {
+    fn remove_if(
+        &mut self,
+        line: u64,
+        wanted: impl FnOnce(&LineState) -> bool,
+        removed: impl FnOnce(&LineState),
+    ) -> bool {
         let lines = &self.lines;
-        let i = self.index.remove_if(line, |p| wanted(&lines[p as usize]))?;
-        let state = self.lines[i as usize];
-        self.lines[i as usize].line = HOLE;
+        let Some(i) = self.index.remove_if(line, |p| wanted(&lines[p as usize])) else { return false };
+        // Shown where it lies, then made a hole: no copy of the state.
+        let state = &mut self.lines[i as usize];
+        removed(state);
+        state.line = HOLE;
         self.holes.push(i);
-        Some(state)
+        true
     }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
@@ -518,9 +541,7 @@ impl<S: LineStore> WorkingSet<S> {
             }
             self.lru.pop_front();
             // A stale entry (the line was refreshed since, or left) stays.
-            if let Some(state) = self.store.remove_if(front.line, |l| l.seq == front.seq) {
-                observer.departed(Departure { state });
-            }
+            self.store.remove_if(front.line, |l| l.seq == front.seq, |state| observer.departed(state));
         }
     }
 
