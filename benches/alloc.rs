@@ -62,10 +62,10 @@ fn main() {
             if let Some(i) = words.iter().position(|w| *w == "recorded") {
                 calls = words.get(i + 1).and_then(|w| w.parse().ok()).unwrap_or(0);
             }
-            if let Some(i) = words.iter().position(|w| *w == "in") {
-                if let Some(s) = words.get(i + 1).and_then(|w| w.parse::<f64>().ok()) {
-                    run_times.push(Duration::from_secs_f64(s));
-                }
+            if let Some(i) = words.iter().position(|w| *w == "in")
+                && let Some(s) = words.get(i + 1).and_then(|w| w.parse::<f64>().ok())
+            {
+                run_times.push(Duration::from_secs_f64(s));
             }
         }
         if let Some((t, _)) = timed(Command::new("heaptrack").arg("-o").arg(&heaptrack_out).arg(&bin).arg(&rounds)) {

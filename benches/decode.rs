@@ -78,14 +78,9 @@ fn main() {
         );
         results.push((reads, rss));
     }
-    if let (Some(first), Some(last)) = (results.first(), results.last()) {
-        if results.len() > 1 {
-            println!(
-                "peak RSS ratio {}M : {}M reads = {:.2}",
-                last.0 / 1_000_000,
-                first.0 / 1_000_000,
-                last.1 / first.1
-            );
-        }
+    if let (Some(first), Some(last)) = (results.first(), results.last())
+        && results.len() > 1
+    {
+        println!("peak RSS ratio {}M : {}M reads = {:.2}", last.0 / 1_000_000, first.0 / 1_000_000, last.1 / first.1);
     }
 }

@@ -39,10 +39,10 @@ impl PendingOutput {
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
             bail!("cannot create {}: it is a directory", path.display());
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            if !dir.is_dir() {
-                bail!("cannot create {}: no directory {}", path.display(), dir.display());
-            }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            bail!("cannot create {}: no directory {}", path.display(), dir.display());
         }
         for input in inputs {
             if same_file(path, input) {

@@ -155,7 +155,7 @@ fn simulable(geometry: CacheGeometry) -> Option<CacheGeometry> {
     let sets = geometry.sets().max(1);
     let power_of_two_divisor = 1u64 << lines.trailing_zeros().min(63);
     let mut new_sets = power_of_two_divisor.min(1u64 << (63 - sets.leading_zeros()));
-    while new_sets > 1 && lines % new_sets != 0 {
+    while new_sets > 1 && !lines.is_multiple_of(new_sets) {
         new_sets /= 2;
     }
     let ways = u32::try_from(lines / new_sets.max(1)).ok()?;

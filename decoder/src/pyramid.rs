@@ -303,7 +303,7 @@ impl Preview {
                 b.tail_columns = 0;
             }
         }
-        while b.state.blocks.len() > PREVIEW_BLOCKS && b.state.blocks.len() % 2 == 0 {
+        while b.state.blocks.len() > PREVIEW_BLOCKS && b.state.blocks.len().is_multiple_of(2) {
             // Blocks are whole while decoding: merge pairs as a level does.
             let whole = as_level(&b.state.blocks, b.state.block_width);
             let merged = whole.coarser(b.state.blocks.len() as u64 * b.state.block_width);
@@ -339,7 +339,7 @@ impl PyramidBuilder {
     /// Adds the span of the next block (the last may be shorter).
     pub fn push(&mut self, span: &Span) {
         self.level0.push(span.rows.iter().map(SummaryCell::from_row));
-        if self.level0.cells() > MAX_LEVEL0_CELLS && self.level0.blocks() % 2 == 0 {
+        if self.level0.cells() > MAX_LEVEL0_CELLS && self.level0.blocks().is_multiple_of(2) {
             // Too fine for this trace: double the blocks. All blocks so far
             // are whole, so the merge is exact in widths.
             let columns = self.level0.blocks() as u64 * self.block_width();

@@ -96,7 +96,7 @@ pub fn range_stats(
             for line in first..=last {
                 reuse.access(line, 0);
             }
-            if stats.reads % (1 << 16) == 0 && !progress(stats.reads, to - from) {
+            if stats.reads.is_multiple_of(1 << 16) && !progress(stats.reads, to - from) {
                 return Err(DecodeError::Cancelled);
             }
         }

@@ -872,10 +872,10 @@ fn functions_at(model: &Model, columns: &[u64]) -> Result<Vec<(u64, u64)>, Decod
     while cursor.column() <= last {
         let Some(read) = cursor.step(&mut |_: Departure| {})? else { break };
         while wanted.next_if(|&&c| c < read.column).is_some() {}
-        if wanted.next_if(|&&c| c == read.column).is_some() {
-            if let Some(f) = cursor.calls().and_then(|c| c.open_functions(read.thread).last()) {
-                found.push((read.column, f));
-            }
+        if wanted.next_if(|&&c| c == read.column).is_some()
+            && let Some(f) = cursor.calls().and_then(|c| c.open_functions(read.thread).last())
+        {
+            found.push((read.column, f));
         }
     }
     Ok(found)

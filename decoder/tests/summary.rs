@@ -32,12 +32,12 @@ fn trace_with_hot_tail(seed: u64, reads: u64, spread: u64, chunk: usize, hot: u6
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
-        if s % 97 == 0 && depth < 5 {
+        if s.is_multiple_of(97) && depth < 5 {
             depth += 1;
             let sp = 0x8000 - 8 * depth;
             w.push(1, &Event::Call { callsite: 0x100 + depth, target: 0x200 + (s >> 40) % 4 * 0x10, sp })
                 .expect("push");
-        } else if s % 89 == 0 && depth > 0 {
+        } else if s.is_multiple_of(89) && depth > 0 {
             w.push(1, &Event::Return { sp: 0x8000 - 8 * depth + 8 }).expect("push");
             depth -= 1;
         }

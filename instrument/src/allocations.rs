@@ -267,10 +267,10 @@ fn convert_while_running(
     };
     let mut failure = None;
     let mut deliver = |r: &AgentRecord| {
-        if failure.is_none() {
-            if let Err(e) = converter.convert(r, &mut writer) {
-                failure = Some(e);
-            }
+        if failure.is_none()
+            && let Err(e) = converter.convert(r, &mut writer)
+        {
+            failure = Some(e);
         }
     };
     let mut next_report = Duration::from_secs(1);

@@ -196,10 +196,10 @@ fn ifunc_target(
 ) -> Option<u64> {
     let m = &modules[module];
     let irelative = m.symbols.got_slots.iter().find(|g| g.target == SlotTarget::Resolver(resolver));
-    if let Some(GotSlot { slot, .. }) = irelative {
-        if let Some(v) = read_word(slot.wrapping_add(m.bias)).filter(|&v| v != 0) {
-            return Some(v);
-        }
+    if let Some(GotSlot { slot, .. }) = irelative
+        && let Some(v) = read_word(slot.wrapping_add(m.bias)).filter(|&v| v != 0)
+    {
+        return Some(v);
     }
     let bare = raw.split('@').next().unwrap_or(raw);
     modules.iter().find_map(|other| {

@@ -315,15 +315,15 @@ fn run_to(pid: Tid, address: u64) -> Result<Option<Tid>, InstrumentError> {
                 let _ = sys::resume(tid, signo);
             }
             Stop::Signal { event, .. } => {
-                if event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK {
-                    if let Ok(child) = sys::event_msg(tid) {
-                        let child = child as Tid;
-                        let _ = sys::wait(child);
-                        if event == libc::PTRACE_EVENT_FORK {
-                            let _ = bp.remove(child);
-                        }
-                        let _ = sys::detach(child);
+                if (event == libc::PTRACE_EVENT_FORK || event == libc::PTRACE_EVENT_VFORK)
+                    && let Ok(child) = sys::event_msg(tid)
+                {
+                    let child = child as Tid;
+                    let _ = sys::wait(child);
+                    if event == libc::PTRACE_EVENT_FORK {
+                        let _ = bp.remove(child);
                     }
+                    let _ = sys::detach(child);
                 }
                 let _ = sys::resume(tid, 0);
             }
@@ -433,10 +433,10 @@ impl Tracer {
                 Err(e) => return Err(ptrace_err("waiting for the target")(e)),
             };
             if self.is_translated(tid) {
-                if let Some(end) = self.translated_stop(tid, stop)? {
-                    if let Some(exit) = self.invocation_ended(tid, end)? {
-                        return Ok((Some(exit), truncated));
-                    }
+                if let Some(end) = self.translated_stop(tid, stop)?
+                    && let Some(exit) = self.invocation_ended(tid, end)?
+                {
+                    return Ok((Some(exit), truncated));
                 }
                 continue;
             }
@@ -861,10 +861,10 @@ impl Tracer {
             }
             .map_err(ptrace_err("reading the target's code"))?;
             // The armed entry breakpoint is ours, not the program's code.
-            if let Some(bp) = self.entry_bp {
-                if let Some(b) = bp.addr.checked_sub(pc).and_then(|i| bytes[..n].get_mut(i as usize)) {
-                    *b = bp.original;
-                }
+            if let Some(bp) = self.entry_bp
+                && let Some(b) = bp.addr.checked_sub(pc).and_then(|i| bytes[..n].get_mut(i as usize))
+            {
+                *b = bp.original;
             }
             let Some(mut insn) = decode::decode(&bytes[..n], pc, &mut self.factory) else {
                 return Ok(None);
@@ -927,19 +927,19 @@ impl Tracer {
                 self.writer.push(thread, &Event::Truncated { reason: TruncationReason::Interrupted })?;
                 return Ok(InvocationEnd::Interrupted);
             }
-            if signal_to_deliver == 0 {
-                if let Some(&kind) = self.allocator_entries.get(&regs.rip) {
-                    match self.run_allocator(tid, kind, &regs)? {
-                        Ok(after) => regs = after,
-                        Err(end) => return Ok(end),
-                    }
-                    if regs.rsp > entry_sp {
-                        // A tail call from the traced function into the allocator.
-                        self.writer.push(thread, &Event::InvocationEnd { index })?;
-                        return Ok(InvocationEnd::Returned);
-                    }
-                    continue;
+            if signal_to_deliver == 0
+                && let Some(&kind) = self.allocator_entries.get(&regs.rip)
+            {
+                match self.run_allocator(tid, kind, &regs)? {
+                    Ok(after) => regs = after,
+                    Err(end) => return Ok(end),
                 }
+                if regs.rsp > entry_sp {
+                    // A tail call from the traced function into the allocator.
+                    self.writer.push(thread, &Event::InvocationEnd { index })?;
+                    return Ok(InvocationEnd::Returned);
+                }
+                continue;
             }
             // Work out this instruction's accesses from the registers before it runs.
             let mut scratch = std::mem::take(&mut self.scratch);

@@ -320,7 +320,10 @@ impl AgentLogStream {
 
     /// The 8-byte word at `offset` as an atomic shared with the agent.
     fn atomic(&self, offset: u64) -> &std::sync::atomic::AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= LOG_CAPACITY, "log offset {offset:#x} out of the mapping");
+        debug_assert!(
+            offset.is_multiple_of(8) && offset + 8 <= LOG_CAPACITY,
+            "log offset {offset:#x} out of the mapping"
+        );
         // SAFETY: the offset is inside the mapping and 8-aligned (every
         // caller stays inside the header, the tables, or a chunk whose
         // place was checked when its claim was read; the mapping is
@@ -372,7 +375,7 @@ impl AgentLogStream {
             }
             if at != 0 {
                 if at < FIRST_CHUNK
-                    || (at - FIRST_CHUNK) % CHUNK_BYTES as u64 != 0
+                    || !(at - FIRST_CHUNK).is_multiple_of(CHUNK_BYTES as u64)
                     || at > LOG_CAPACITY - CHUNK_BYTES as u64
                 {
                     return Err(AgentLogError::BadClaim(at));

@@ -233,10 +233,10 @@ fn poll_panes(mut comparison: ResMut<Comparison>) {
         Some(Arc::new(FrameMatching::new(&a.model, &a.symbols, &b.model, &b.symbols)))
     });
     c.matching.poll();
-    if c.matching().is_some() {
-        if let Some((from, to)) = c.start.take() {
-            c.command(Side::A, ViewCommand::Fit { from: from as f64, to: to as f64 });
-        }
+    if c.matching().is_some()
+        && let Some((from, to)) = c.start.take()
+    {
+        c.command(Side::A, ViewCommand::Fit { from: from as f64, to: to as f64 });
     }
 }
 
@@ -365,12 +365,11 @@ fn keyboard(ctx: &egui::Context, c: &mut Comparison, commands: &mut Vec<(Side, V
         if i.events.iter().any(|e| matches!(e, egui::Event::Text(t) if t == "?")) {
             c.show_help = !c.show_help;
         }
-        if pressed(egui::Key::F) {
-            if let Some((s, i)) = hovered {
-                if let Some(f) = paint::picture_frame(&c.panes[s.index()].work, i) {
-                    commands.push((s, ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 }));
-                }
-            }
+        if pressed(egui::Key::F)
+            && let Some((s, i)) = hovered
+            && let Some(f) = paint::picture_frame(&c.panes[s.index()].work, i)
+        {
+            commands.push((s, ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 }));
         }
     });
 }
@@ -554,14 +553,14 @@ fn pane_view(
 
     // Flamegraph: differential colours.
     let tree = &l.model.call_tree;
-    if let (Some(m), Some(matching)) = (metric, matching) {
-        if let Some((_, r)) = pane.work.render.latest() {
-            for f in &r.frames {
-                if let Some(i) = frame_index(tree, f) {
-                    pane.deltas.entry(i).or_insert_with(|| {
-                        FrameDelta::of(m, matching, side, i, models).unwrap_or(FrameDelta { a: None, b: None })
-                    });
-                }
+    if let (Some(m), Some(matching)) = (metric, matching)
+        && let Some((_, r)) = pane.work.render.latest()
+    {
+        for f in &r.frames {
+            if let Some(i) = frame_index(tree, f) {
+                pane.deltas.entry(i).or_insert_with(|| {
+                    FrameDelta::of(m, matching, side, i, models).unwrap_or(FrameDelta { a: None, b: None })
+                });
             }
         }
     }
@@ -650,11 +649,11 @@ fn pane_view(
         if let Some(f) = hover.and_then(|h| h.frame).and_then(|i| frames.get(i)) {
             commands.push((side, ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 }));
         }
-    } else if response.clicked() {
-        if let Some(i) = clicked_frame {
-            c.select_frame(side, i);
-            c.show_stats = true;
-        }
+    } else if response.clicked()
+        && let Some(i) = clicked_frame
+    {
+        c.select_frame(side, i);
+        c.show_stats = true;
     }
 
     // Tooltip.

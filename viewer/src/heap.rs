@@ -592,10 +592,10 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     for (job, texture, name) in
         [(&m.picture, &mut m.texture, "heap"), (&m.context, &mut m.context_texture, "heap-context")]
     {
-        if let Some((k, p)) = job.latest() {
-            if texture.as_ref().is_none_or(|(_, have)| have != k) {
-                *texture = Some((ctx.load_texture(name, p.image.clone(), egui::TextureOptions::NEAREST), k.clone()));
-            }
+        if let Some((k, p)) = job.latest()
+            && texture.as_ref().is_none_or(|(_, have)| have != k)
+        {
+            *texture = Some((ctx.load_texture(name, p.image.clone(), egui::TextureOptions::NEAREST), k.clone()));
         }
     }
     if let Some((tex, k)) = &m.texture {
@@ -803,12 +803,12 @@ fn allocation_source(
     let mut counts: std::collections::HashMap<u32, (u64, u64)> = std::collections::HashMap::new();
     for (pc, (blocks, bytes)) in by_site {
         let at = symbols.locate(pc);
-        if let (Some(f), Some(n)) = (at.file.as_deref(), at.line) {
-            if f == file {
-                let e = counts.entry(n).or_default();
-                e.0 += blocks;
-                e.1 += bytes;
-            }
+        if let (Some(f), Some(n)) = (at.file.as_deref(), at.line)
+            && f == file
+        {
+            let e = counts.entry(n).or_default();
+            e.0 += blocks;
+            e.1 += bytes;
         }
     }
     SourceText::read(file, line, counts, "blocks, bytes allocated by line", model.metadata.start_unix_ms)

@@ -240,10 +240,10 @@ pub fn paint_flame(
             );
         }
         drawn.push((name.to_string(), x0, x1, bar.depth));
-        if let (Some(p), Some(i)) = (pointer, bar.frame.filter(|_| bar.frames == 1)) {
-            if rect.contains(p) {
-                hovered = Some(i);
-            }
+        if let (Some(p), Some(i)) = (pointer, bar.frame.filter(|_| bar.frames == 1))
+            && rect.contains(p)
+        {
+            hovered = Some(i);
         }
     }
     run.flush(&painter);

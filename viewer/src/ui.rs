@@ -383,10 +383,11 @@ fn keyboard(
         if pressed(egui::Key::Y) {
             state.highlight = if state.highlight == Highlight::Row { Highlight::Off } else { Highlight::Row };
         }
-        if pressed(egui::Key::F) && !i.modifiers.command {
-            if let Some(f) = hovered_frame(state, work) {
-                commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
-            }
+        if pressed(egui::Key::F)
+            && !i.modifiers.command
+            && let Some(f) = hovered_frame(state, work)
+        {
+            commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
         }
         if pressed(egui::Key::Enter) && search.open {
             searches.write(SearchCommand::Step(if i.modifiers.shift { -1 } else { 1 }));
@@ -574,10 +575,10 @@ fn settings(ui: &mut egui::Ui, state: &mut UiState, session: &mut Session) {
 fn thread_picker(ui: &mut egui::Ui, session: &mut Session, seen: &mut Option<Census>) {
     // A model of every thread has no census: keep the last one seen, so the
     // way back to one thread stays.
-    if let Some(census) = session.loaded.as_ref().and_then(|l| l.model.census.as_ref()) {
-        if seen.as_ref() != Some(census) {
-            *seen = Some(census.clone());
-        }
+    if let Some(census) = session.loaded.as_ref().and_then(|l| l.model.census.as_ref())
+        && seen.as_ref() != Some(census)
+    {
+        *seen = Some(census.clone());
     }
     let Some(census) = seen.as_ref() else { return };
     let shown = session.loaded.as_ref().and_then(|l| l.model.timeline);
@@ -657,12 +658,12 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
                 ui.label(row.self_reads.to_string());
                 ui.label(row.total_reads.to_string());
                 ui.label(row.self_writes.to_string());
-                if ui.link(row.label()).clicked() && title == "by line" {
-                    if let Some((file, line)) = row.key.rsplit_once(':') {
-                        if let Ok(line) = line.parse() {
-                            state.source = Some((file.to_string(), line));
-                        }
-                    }
+                if ui.link(row.label()).clicked()
+                    && title == "by line"
+                    && let Some((file, line)) = row.key.rsplit_once(':')
+                    && let Ok(line) = line.parse()
+                {
+                    state.source = Some((file.to_string(), line));
                 }
                 ui.end_row();
             }
@@ -807,11 +808,11 @@ fn main_view(
     work::want_overview(work, l, (overview.width() * ppp) as u32, (overview.height() * ppp) as u32);
 
     // Overview strip with the visible range.
-    if let Some((k, img)) = work.overview.latest() {
-        if state.overview.as_ref().is_none_or(|(_, have)| have != k) {
-            let tex = ctx.load_texture("overview", img.clone(), egui::TextureOptions::LINEAR);
-            state.overview = Some((tex, *k));
-        }
+    if let Some((k, img)) = work.overview.latest()
+        && state.overview.as_ref().is_none_or(|(_, have)| have != k)
+    {
+        let tex = ctx.load_texture("overview", img.clone(), egui::TextureOptions::LINEAR);
+        state.overview = Some((tex, *k));
     }
     if let Some((tex, _)) = &state.overview {
         painter.image(
@@ -919,10 +920,10 @@ fn main_view(
         }),
     };
     state.hover = hover;
-    if let Some(h) = hover {
-        if h.frame.is_none() {
-            work::want_inspect(work, l, h.column, h.row);
-        }
+    if let Some(h) = hover
+        && h.frame.is_none()
+    {
+        work::want_inspect(work, l, h.column, h.row);
     }
     if response.double_clicked() {
         if let Some(f) = hovered_frame.and_then(|i| work.render.latest().and_then(|(_, r)| r.frames.get(i))) {
@@ -936,10 +937,10 @@ fn main_view(
             (None, Some((_, Ok(insp)))) => insp.access.as_ref().map(|a| l.symbols.locate(a.pc)),
             _ => None,
         };
-        if let Some(loc) = target {
-            if let (Some(file), Some(line)) = (&loc.file, loc.line) {
-                state.source = Some((file.clone(), line));
-            }
+        if let Some(loc) = target
+            && let (Some(file), Some(line)) = (&loc.file, loc.line)
+        {
+            state.source = Some((file.clone(), line));
         }
     }
 
@@ -951,12 +952,13 @@ fn main_view(
     let inspection = inspection.as_ref();
     // L: the block under the pointer in the allocations view (a window
     // of its own).
-    if ctx.input(|i| i.key_pressed(egui::Key::L)) && !ctx.egui_wants_keyboard_input() {
-        if let Some(b) = inspection.and_then(|i| i.allocation.as_ref()) {
-            let block = crate::linked::LinkedBlock::from(b);
-            let args = crate::linked::allocations_view_args(&session.path, &session.symbol_paths, &block);
-            state.notice = crate::linked::open(&args).err();
-        }
+    if ctx.input(|i| i.key_pressed(egui::Key::L))
+        && !ctx.egui_wants_keyboard_input()
+        && let Some(b) = inspection.and_then(|i| i.allocation.as_ref())
+    {
+        let block = crate::linked::LinkedBlock::from(b);
+        let args = crate::linked::allocations_view_args(&session.path, &session.symbol_paths, &block);
+        state.notice = crate::linked::open(&args).err();
     }
     let painter_b = ui.painter_at(bitmap);
     let row_y = |r: f64| bitmap.top() + ((r - view.rows.0) / view.height()) as f32 * bitmap.height();

@@ -373,12 +373,12 @@ fn load_source(model: &Model, symbols: &Symbolizer, file: &str, line: u32) -> So
             continue;
         }
         let l = symbols.locate(site.pc);
-        if l.file.as_deref() == Some(file) {
-            if let Some(n) = l.line {
-                let e = counts.entry(n).or_default();
-                e.0 += c.reads;
-                e.1 += c.writes;
-            }
+        if l.file.as_deref() == Some(file)
+            && let Some(n) = l.line
+        {
+            let e = counts.entry(n).or_default();
+            e.0 += c.reads;
+            e.1 += c.writes;
         }
     }
     SourceText::read(file, line, counts, "reads, writes by line", model.metadata.start_unix_ms)
@@ -427,10 +427,10 @@ impl Names {
     }
 
     fn poll(&mut self) {
-        if self.job.poll() {
-            if let Some((_, names)) = self.job.latest() {
-                self.known.extend(names.iter().cloned());
-            }
+        if self.job.poll()
+            && let Some((_, names)) = self.job.latest()
+        {
+            self.known.extend(names.iter().cloned());
         }
     }
 

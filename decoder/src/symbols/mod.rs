@@ -274,14 +274,12 @@ impl Symbolizer {
             let bias = symbols.load_bias(module);
             let file = object::File::parse(&*data).map_err(|cause| SymbolError::Parse { path: path.clone(), cause })?;
             let mut dwarf = if file.section_by_name(".debug_info").is_some() { load_dwarf(&file).ok() } else { None };
-            if dwarf.is_none() {
-                if let Some(debug_path) = &symbols.debug_file {
-                    if let Ok(debug_data) = elf::map_elf(debug_path) {
-                        if let Ok(debug_file) = object::File::parse(&*debug_data) {
-                            dwarf = load_dwarf(&debug_file).ok();
-                        }
-                    }
-                }
+            if dwarf.is_none()
+                && let Some(debug_path) = &symbols.debug_file
+                && let Ok(debug_data) = elf::map_elf(debug_path)
+                && let Ok(debug_file) = object::File::parse(&*debug_data)
+            {
+                dwarf = load_dwarf(&debug_file).ok();
             }
             Ok(LoadedModule { bias, symbols, dwarf })
         });
@@ -342,10 +340,10 @@ impl Symbolizer {
                     all.pop();
                     location.inlined = all;
                 }
-                if location.function == "??" {
-                    if let Some(f) = location.inlined.last() {
-                        location.function = f.function.clone();
-                    }
+                if location.function == "??"
+                    && let Some(f) = location.inlined.last()
+                {
+                    location.function = f.function.clone();
                 }
             }
         }

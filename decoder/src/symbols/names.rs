@@ -140,10 +140,11 @@ pub fn resolve<'a>(
         // One global function among local ones of the same name (libc's
         // exported strlen, ld.so's private one): the global one is meant.
         let global: Vec<&&Candidate<'a>> = candidates.iter().filter(|c| c.global).collect();
-        if let Some(g) = global.first() {
-            if global.iter().all(|c| same(c, g)) && candidates.iter().all(|c| c.name == g.name) {
-                return Ok((**g).clone());
-            }
+        if let Some(g) = global.first()
+            && global.iter().all(|c| same(c, g))
+            && candidates.iter().all(|c| c.name == g.name)
+        {
+            return Ok((**g).clone());
         }
         // Ambiguous: one entry per function, best matches first; a name
         // found in several modules says which.
