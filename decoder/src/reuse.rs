@@ -9,8 +9,9 @@
 //! (Per block of eight words, the tree was an eighth of the size and its
 //! walks three steps shorter, but every query and update also summed the
 //! popcounts of up to eight words: the tracker alone, on the miss-heavy
-//! benchmark trace's accesses, took 2.74 s so, 2.59 s with blocks of four
-//! words, 2.27 s with one. Its tree is 512 KiB then, for 280,000 lines.)
+//! benchmark trace's accesses, took 2.74 s that way, 2.59 s with blocks
+//! of four words, 2.27 s with one. Its tree is 512 KiB then, for 280,000
+//! lines.)
 //!
 //! The word the present time is in (the *tail*) is kept out of the tree:
 //! a query never sums a word at or after its own, so the tree need not
