@@ -484,6 +484,29 @@ mod tests {
     use super::*;
     use crate::working_set::FastWorkingSet;
 
+    /// Against `partition_point`, one query at a time: lengths around the
+    /// halving steps, queries below, between, equal to and above the
+    /// values, counts that are and are not a multiple of the eight lanes.
+    #[test]
+    fn counts_below_agree_with_one_search_at_a_time() {
+        let mut seed = 5u64;
+        let mut next = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed >> 40
+        };
+        let mut counts = Vec::new();
+        for len in [0usize, 1, 2, 3, 7, 8, 9, 100, 511, 512, 513] {
+            let mut sorted: Vec<u64> = (0..len).map(|_| next() % 1000 * 2).collect();
+            sorted.sort_unstable();
+            for queries in [0usize, 1, 8, 13, 40] {
+                let q: Vec<u64> = (0..queries).map(|_| next() % 2004).collect();
+                count_below(&sorted, &q, &mut counts);
+                let want: Vec<usize> = q.iter().map(|&x| sorted.partition_point(|&v| v < x)).collect();
+                assert_eq!(counts, want, "{len} values, {queries} queries");
+            }
+        }
+    }
+
     /// A line that left the set during a span counts in the row its
     /// address holds at the span's end: the number of lines present then
     /// below it, its own row when it came back. Line A (read 64 bytes at a
