@@ -186,13 +186,8 @@ pub trait LineStore: Default {
     /// with no change to the store since.
     fn insert_vacant(&mut self, vacancy: Self::Vacancy, state: LineState);
     /// Removes `line` if it is present and `wanted` (one lookup for both),
-    /// showing its state to `removed`; true when it was removed.
-    fn remove_if(
-        &mut self,
-        line: u64,
-        wanted: impl FnOnce(&LineState) -> bool,
-        removed: impl FnOnce(&LineState),
-    ) -> bool;
+    /// showing its state to `removed`.
+    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool, removed: impl FnOnce(&LineState));
     /// The state of `line`, if present.
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState>;
     /// Adds a line that is not present.
@@ -228,18 +223,12 @@ impl LineStore for SortedLines {
     fn insert_vacant(&mut self, row: usize, state: LineState) {
         self.0.insert(row, state);
     }
-    fn remove_if(
-        &mut self,
-        line: u64,
-        wanted: impl FnOnce(&LineState) -> bool,
-        removed: impl FnOnce(&LineState),
-    ) -> bool {
-        let Ok(i) = self.0.binary_search_by_key(&line, |l| l.line) else { return false };
-        if !wanted(&self.0[i]) {
-            return false;
+    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool, removed: impl FnOnce(&LineState)) {
+        if let Ok(i) = self.0.binary_search_by_key(&line, |l| l.line)
+            && wanted(&self.0[i])
+        {
+            removed(&self.0.remove(i));
         }
-        removed(&self.0.remove(i));
-        true
     }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
@@ -310,20 +299,14 @@ impl LineStore for HashedLines {
         self.index.occupy_vacant(vacancy, state.line, position);
     }
     #[inline]
-    fn remove_if(
-        &mut self,
-        line: u64,
-        wanted: impl FnOnce(&LineState) -> bool,
-        removed: impl FnOnce(&LineState),
-    ) -> bool {
+    fn remove_if(&mut self, line: u64, wanted: impl FnOnce(&LineState) -> bool, removed: impl FnOnce(&LineState)) {
         let lines = &self.lines;
-        let Some(i) = self.index.remove_if(line, |p| wanted(&lines[p as usize])) else { return false };
+        let Some(i) = self.index.remove_if(line, |p| wanted(&lines[p as usize])) else { return };
         // Shown where it lies, then made a hole: no copy of the state.
         let state = &mut self.lines[i as usize];
         removed(state);
         state.line = HOLE;
         self.holes.push(i);
-        true
     }
     #[inline]
     fn get_mut(&mut self, line: u64) -> Option<&mut LineState> {
