@@ -1,9 +1,10 @@
 //! The multi-resolution summary of the bitmap, built while decoding: level
 //! 0 holds one [`Span`] per block of `2^shift` columns, each coarser level
-//! merges pairs of the level below (groups of four, for the first, above a
-//! very large level 0). Drawing a column range at W pixels
-//! reads the level whose blocks are about a pixel wide: O(W x rows),
-//! whatever the trace's length — no replay for a whole-trace view.
+//! merges pairs of the level below as they come (above a very large level
+//! 0, level 1 is left out once level 2 is made from it). Drawing a column
+//! range at W pixels reads the level whose blocks are about a pixel wide:
+//! O(W x rows), whatever the trace's length — no replay for a whole-trace
+//! view.
 //!
 //! Cells are stored quantized (6 bytes per block and row). Level 0 holds at
 //! most [`MAX_LEVEL0_CELLS`] cells: when a trace would need more, blocks
@@ -26,10 +27,11 @@ use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 /// level 0.
 pub const MAX_LEVEL0_CELLS: usize = 1 << 26;
 /// Level-0 cells above which the level of twice level 0's width is left
-/// out (the next is four times as wide). Level 0 is then most of the
-/// summary's memory, and the level above it half as much again; without
-/// it, a view of 2 to 4 blocks a pixel merges that many level-0 blocks a
-/// pixel, which costs less than the replay a missing finer level would.
+/// out (the next is four times as wide): its blocks are made, for level 2,
+/// and not kept. Level 0 is then most of the summary's memory, and the
+/// level above it half as much again; without it, a view of 2 to 4 blocks
+/// a pixel merges that many level-0 blocks a pixel, which costs less than
+/// the replay a missing finer level would.
 pub const SKIP_SECOND_LEVEL_CELLS: usize = 1 << 25;
 /// Width of level-0 blocks to start with: `2^10` columns (they double for
 /// long traces).
@@ -90,7 +92,7 @@ impl SummaryCell {
 }
 
 /// One level: blocks of `2^shift` columns (the last one may be shorter).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Level {
     /// Block width as a power of two.
     pub shift: u32,
@@ -124,61 +126,11 @@ impl Level {
         self.cells.len()
     }
 
-    /// The level above: pairs of blocks merged (`columns` in all).
-    fn coarser(&self, columns: u64) -> Level {
-        self.merged(1, columns)
-    }
-
-    /// A coarser level: groups of `2^step` blocks merged (`columns` in
-    /// all).
-    fn merged(&self, step: u32, columns: u64) -> Level {
-        let width = 1u64 << self.shift;
-        let group = 1usize << step;
-        // Groups `range` merged into one run of cells, with each merged
-        // block's end in it; one merger's buffers serve every group.
-        let merge_groups = |range: std::ops::Range<usize>| {
-            let mut merger = RowMerger::default();
-            let (mut cells, mut ends) = (Vec::new(), Vec::with_capacity(range.len()));
-            for g in range {
-                merger.clear();
-                for i in g * group..((g + 1) * group).min(self.blocks()) {
-                    let w = width.min(columns.saturating_sub(i as u64 * width)) as f64;
-                    merger.add(self.block(i).iter().map(SummaryCell::row), w);
-                }
-                cells.extend(merger.finish().iter().map(SummaryCell::from_row));
-                ends.push(cells.len() as u32);
-            }
-            (cells, ends)
-        };
-        let groups = self.blocks().div_ceil(group);
-        // The levels are built when decoding ends, while the other thread
-        // waits: long levels are merged half on each core.
-        let parts = if groups >= PARALLEL_GROUPS {
-            let half = groups / 2;
-            std::thread::scope(|scope| {
-                let upper = scope.spawn(|| merge_groups(half..groups));
-                let lower = merge_groups(0..half);
-                match upper.join() {
-                    Ok(upper) => vec![lower, upper],
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
-            })
-        } else {
-            vec![merge_groups(0..groups)]
-        };
-        let mut up = Level::new(self.shift + step);
-        up.cells.reserve(parts.iter().map(|(cells, _)| cells.len()).sum());
-        for (cells, ends) in parts {
-            let base = up.cells.len() as u32;
-            up.offsets.extend(ends.iter().map(|&end| base + end));
-            up.cells.extend(cells);
-        }
-        up
+    /// The last block's rows.
+    fn last_block(&self) -> &[SummaryCell] {
+        self.blocks().checked_sub(1).map_or(&[], |i| self.block(i))
     }
 }
-
-/// Block groups from which a level is merged on two threads.
-const PARALLEL_GROUPS: usize = 256;
 
 /// The summary: level 0 finest.
 #[derive(Clone, Debug, Default)]
@@ -210,13 +162,13 @@ impl BitmapPyramid {
 }
 
 /// The summary as far as decoding has got, for a picture before the trace
-/// is decoded: the blocks so far, shared with the decoding thread. At most
-/// one more than [`PREVIEW_BLOCKS`] of them: past that, pairs merge (a
-/// preview picture is a window wide), so the preview never holds a second
-/// copy of level 0.
+/// is decoded: the blocks so far of one of the pyramid's levels, shared
+/// with the decoding thread. At most one more than [`PREVIEW_BLOCKS`] of
+/// them: past that, the preview moves to the level above (a preview
+/// picture is a window wide), so it never holds a second copy of level 0.
 #[derive(Debug, Default)]
 pub struct Preview {
-    inner: std::sync::Mutex<PreviewBuild>,
+    inner: std::sync::Mutex<PreviewState>,
 }
 
 /// Most blocks a [`Preview`] keeps.
@@ -235,93 +187,153 @@ pub struct PreviewState {
     pub bytes: (u64, u64),
 }
 
-/// The preview and what it is built from.
-#[derive(Debug, Default)]
-struct PreviewBuild {
-    state: PreviewState,
-    /// Width of level 0's blocks.
-    source_width: u64,
-    /// Level-0 blocks since the last preview block, when a preview block
-    /// is several of them: merged as they come, one pass over each cell.
-    /// (Kept as blocks and merged in pairs, as the pyramid's levels are, the
-    /// merging was a ninth of the working-set thread's time, the decoding
-    /// pass's bound, and the pyramid did it again at the end.)
-    tail: RowMerger,
-    /// Columns merged into `tail`.
-    tail_columns: u64,
-}
-
-/// `blocks` of `width` columns each as a level (to merge as the pyramid's
-/// levels are).
-fn as_level(blocks: &[std::sync::Arc<[SummaryCell]>], width: u64) -> Level {
-    let mut level = Level::new(width.trailing_zeros());
-    for block in blocks {
-        level.push(block.iter().copied());
-    }
-    level
-}
-
 impl Preview {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PreviewState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The state now.
     pub fn state(&self) -> PreviewState {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).state.clone()
+        self.lock().clone()
     }
 
     /// Blocks decoded so far (cheap: no copy).
     pub fn blocks(&self) -> usize {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).state.blocks.len()
+        self.lock().blocks.len()
     }
 
     /// Columns decoded so far (in whole preview blocks).
     pub fn columns(&self) -> u64 {
-        let b = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        b.state.blocks.len() as u64 * b.state.block_width
+        let state = self.lock();
+        state.blocks.len() as u64 * state.block_width
     }
 
     pub(crate) fn set_bytes(&self, done: u64, total: u64) {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).state.bytes = (done, total);
+        self.lock().bytes = (done, total);
     }
 
-    fn push(&self, level: &Level) {
-        let mut b = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let width = 1u64 << level.shift;
-        if b.source_width != width {
-            // Level 0's blocks doubled (or this is the first): start over
-            // from them.
-            b.source_width = width;
-            b.state.block_width = width;
-            b.state.blocks = (0..level.blocks()).map(|i| level.block(i).into()).collect();
-            b.tail.clear();
-            b.tail_columns = 0;
-        } else if let Some(i) = level.blocks().checked_sub(1) {
-            b.tail.add(level.block(i).iter().map(SummaryCell::row), width as f64);
-            b.tail_columns += width;
-            if b.tail_columns >= b.state.block_width {
-                let block: std::sync::Arc<[SummaryCell]> = b.tail.finish().iter().map(SummaryCell::from_row).collect();
-                b.state.blocks.push(block);
-                b.tail.clear();
-                b.tail_columns = 0;
-            }
+    /// Shows the blocks of `level` made so far (a level's or the width's
+    /// first time).
+    fn show_level(&self, level: &Level) {
+        let mut state = self.lock();
+        state.block_width = 1 << level.shift;
+        state.blocks = (0..level.blocks()).map(|i| level.block(i).into()).collect();
+    }
+
+    /// Adds the next block of the level shown.
+    fn add(&self, block: &[SummaryCell]) {
+        self.lock().blocks.push(block.into());
+    }
+}
+
+/// A level above level 0, made while decoding: the blocks of the level
+/// below are merged in pairs as they come, while they are still in the
+/// CPU's caches, and the decoding preview shows one of these levels. (Merged
+/// from level 0 when decoding ended, the levels of a 100M-read trace's
+/// summary took 0.39 s of both cores with nothing else to run, and the
+/// preview merged every level-0 block a second time: decoding the benchmark
+/// trace with a preview took 6.09 s, and 5.96 s so, in 5 alternating runs.)
+#[derive(Debug)]
+struct RisingLevel {
+    /// Its blocks, when kept (see [`RisingLevel::keep`]).
+    level: Level,
+    /// Whether its blocks are kept. Only level 1's ever stop being kept:
+    /// above a large level 0 it is left out of the pyramid
+    /// ([`SKIP_SECOND_LEVEL_CELLS`]), and it still makes level 2's.
+    keep: bool,
+    /// The pair being merged.
+    merger: RowMerger,
+    /// Blocks of the level below in `merger` (0 or 1).
+    pending: u32,
+    /// Blocks made, kept or not.
+    made: usize,
+    /// The last block made, when blocks are not kept.
+    last: Vec<SummaryCell>,
+}
+
+impl RisingLevel {
+    fn new(shift: u32) -> RisingLevel {
+        RisingLevel {
+            level: Level::new(shift),
+            keep: true,
+            merger: RowMerger::default(),
+            pending: 0,
+            made: 0,
+            last: Vec::new(),
         }
-        while b.state.blocks.len() > PREVIEW_BLOCKS && b.state.blocks.len().is_multiple_of(2) {
-            // Blocks are whole while decoding: merge pairs as a level does.
-            let whole = as_level(&b.state.blocks, b.state.block_width);
-            let merged = whole.coarser(b.state.blocks.len() as u64 * b.state.block_width);
-            b.state.block_width *= 2;
-            b.state.blocks = (0..merged.blocks()).map(|i| merged.block(i).into()).collect();
+    }
+
+    /// Adds the next block of the level below, `width` columns wide;
+    /// returns the width of the block this completes, if it does.
+    fn add(&mut self, block: &[SummaryCell], width: f64) -> Option<f64> {
+        self.merger.add(block.iter().map(SummaryCell::row), width);
+        self.pending += 1;
+        (self.pending == 2).then(|| self.complete())
+    }
+
+    /// Makes a block of what is pending (a short group at the end);
+    /// returns its width.
+    fn complete(&mut self) -> f64 {
+        let width = self.merger.width();
+        let rows = self.merger.finish().iter().map(SummaryCell::from_row);
+        if self.keep {
+            self.level.push(rows);
+        } else {
+            self.last.clear();
+            self.last.extend(rows);
+        }
+        self.merger.clear();
+        self.pending = 0;
+        self.made += 1;
+        width
+    }
+
+    /// The last block made.
+    fn last_block(&self) -> &[SummaryCell] {
+        if self.keep { self.level.last_block() } else { &self.last }
+    }
+
+    /// Stops keeping blocks (they are made still, for the level above).
+    fn drop_blocks(&mut self) {
+        if self.keep {
+            self.last = self.level.last_block().to_vec();
+            self.level = Level::new(self.level.shift);
+            self.keep = false;
         }
     }
 }
 
-/// Builds level 0 from spans of whole blocks, then the coarser levels.
+/// Builds level 0 from spans of whole blocks, and the coarser levels as
+/// level 0 grows.
 pub struct PyramidBuilder {
     level0: Level,
-    preview: Option<std::sync::Arc<Preview>>,
+    /// Levels 1, 2, ...: `rising[k]` merges the blocks of level `k`.
+    rising: Vec<RisingLevel>,
+    /// Columns of level 0's last block (the last span may be short).
+    last_width: u64,
+    /// The preview, and the level it shows.
+    preview: Option<(std::sync::Arc<Preview>, usize)>,
+    limits: Limits,
+}
+
+/// Level-0 sizes at which the pyramid's shape changes.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    /// See [`MAX_LEVEL0_CELLS`].
+    max_level0_cells: usize,
+    /// See [`SKIP_SECOND_LEVEL_CELLS`].
+    skip_second_level_cells: usize,
 }
 
 impl Default for PyramidBuilder {
     fn default() -> Self {
-        PyramidBuilder { level0: Level::new(FIRST_SHIFT), preview: None }
+        PyramidBuilder {
+            level0: Level::new(FIRST_SHIFT),
+            rising: Vec::new(),
+            last_width: 0,
+            preview: None,
+            limits: Limits { max_level0_cells: MAX_LEVEL0_CELLS, skip_second_level_cells: SKIP_SECOND_LEVEL_CELLS },
+        }
     }
 }
 
@@ -333,43 +345,109 @@ impl PyramidBuilder {
 
     /// A builder that also shows its blocks in `preview` as they come.
     pub fn with_preview(preview: std::sync::Arc<Preview>) -> Self {
-        PyramidBuilder { level0: Level::new(FIRST_SHIFT), preview: Some(preview) }
+        preview.show_level(&Level::new(FIRST_SHIFT));
+        PyramidBuilder { preview: Some((preview, 0)), ..PyramidBuilder::default() }
     }
 
-    /// Adds the span of the next block (the last may be shorter).
+    /// Adds the span of the next block (the last may be shorter); its
+    /// width is its columns, `start..end`.
     pub fn push(&mut self, span: &Span) {
         self.level0.push(span.rows.iter().map(SummaryCell::from_row));
-        if self.level0.cells() > MAX_LEVEL0_CELLS && self.level0.blocks().is_multiple_of(2) {
-            // Too fine for this trace: double the blocks. All blocks so far
-            // are whole, so the merge is exact in widths.
-            let columns = self.level0.blocks() as u64 * self.block_width();
-            self.level0 = self.level0.coarser(columns);
+        self.last_width = span.end.saturating_sub(span.start);
+        self.made(0, self.last_width as f64);
+        if self.level0.cells() > self.limits.max_level0_cells && self.level0.blocks().is_multiple_of(2) {
+            self.double_level0();
         }
-        if let Some(p) = &self.preview {
-            p.push(&self.level0);
+        if self.level0.cells() > self.limits.skip_second_level_cells
+            && self.preview.as_ref().is_none_or(|(_, shown)| *shown >= 2)
+            && let Some(level1) = self.rising.first_mut()
+        {
+            level1.drop_blocks();
+        }
+    }
+
+    /// The level `k` (0: level 0) made a block `width` columns wide: shows
+    /// it, and merges it into the levels above.
+    fn made(&mut self, mut k: usize, mut width: f64) {
+        loop {
+            if self.rising.len() == k {
+                self.rising.push(RisingLevel::new(self.level0.shift + k as u32 + 1));
+            }
+            let (below, above) = self.rising.split_at_mut(k);
+            let (block, made) = match below.last() {
+                Some(level) => (level.last_block(), level.made),
+                None => (self.level0.last_block(), self.level0.blocks()),
+            };
+            if let Some((preview, shown)) = &mut self.preview
+                && *shown == k
+            {
+                preview.add(block);
+                if made > PREVIEW_BLOCKS {
+                    // The level above holds this one's pairs so far (the
+                    // last block waits for its pair, added just below).
+                    *shown += 1;
+                    preview.show_level(&above[0].level);
+                }
+            }
+            let Some(merged) = above[0].add(block, width) else { return };
+            (k, width) = (k + 1, merged);
+        }
+    }
+
+    /// Level 0 over [`MAX_LEVEL0_CELLS`] (with an even number of blocks):
+    /// its pairs become level 0, and the levels above move down one.
+    fn double_level0(&mut self) {
+        if self.rising.is_empty() {
+            return;
+        }
+        let level1 = self.rising.remove(0);
+        self.level0 = if level1.keep {
+            level1.level
+        } else {
+            // Merged again from level 0: its blocks are whole but maybe the
+            // last (the trace's last span).
+            let mut pairs = RisingLevel::new(level1.level.shift);
+            let last = self.level0.blocks().saturating_sub(1);
+            for i in 0..self.level0.blocks() {
+                let width = if i == last { self.last_width } else { self.block_width() };
+                pairs.add(self.level0.block(i), width as f64);
+            }
+            pairs.level
+        };
+        if let Some((preview, shown)) = &mut self.preview {
+            if *shown == 0 {
+                preview.show_level(&self.level0);
+            } else {
+                *shown -= 1;
+            }
         }
     }
 
     /// The summary of `columns` columns.
-    pub fn finish(self, columns: u64) -> BitmapPyramid {
-        BitmapPyramid::from_level0(self.level0, columns, SKIP_SECOND_LEVEL_CELLS)
-    }
-}
-
-impl BitmapPyramid {
-    /// The levels above `level0`, each merging pairs of the level below,
-    /// except that above a level 0 of more than `skip_above` cells the
-    /// first merges groups of four (see [`SKIP_SECOND_LEVEL_CELLS`]).
-    fn from_level0(level0: Level, columns: u64, skip_above: usize) -> BitmapPyramid {
-        let mut levels = vec![level0];
-        while let Some(last) = levels.last().filter(|l| l.blocks() > 1) {
-            let step = if levels.len() == 1 && last.cells() > skip_above { 2 } else { 1 };
-            let next = last.merged(step, columns);
-            levels.push(next);
+    pub fn finish(mut self, columns: u64) -> BitmapPyramid {
+        if self.level0.blocks() == 0 {
+            return BitmapPyramid { levels: Vec::new(), columns };
         }
-        if levels[0].blocks() == 0 {
-            levels.clear();
+        let skip = self.level0.cells() > self.limits.skip_second_level_cells && self.level0.blocks() > 1;
+        // Short groups are merged as they are, bottom up, for as long as
+        // the level below has more than one block: the coarsest level is
+        // one block. (When level 1 is left out, level 2 is made all the
+        // same.)
+        let mut top = 0;
+        loop {
+            let blocks = if top == 0 { self.level0.blocks() } else { self.rising[top - 1].made };
+            if blocks <= 1 && !(skip && top == 1) {
+                break;
+            }
+            if self.rising[top].pending > 0 {
+                let width = self.rising[top].complete();
+                self.made(top + 1, width);
+            }
+            top += 1;
         }
+        self.rising.truncate(top);
+        let mut levels = vec![self.level0];
+        levels.extend(self.rising.into_iter().enumerate().filter(|&(k, _)| !(skip && k == 0)).map(|(_, r)| r.level));
         BitmapPyramid { levels, columns }
     }
 }
@@ -378,10 +456,12 @@ impl BitmapPyramid {
 mod tests {
     use super::*;
 
-    fn span(occ: &[f64], fresh: f64) -> Span {
+    /// A span of `columns` columns (the tests push them in order, so
+    /// where they start does not matter).
+    fn span_of(occ: &[f64], fresh: f64, columns: u64) -> Span {
         Span {
             start: 0,
-            end: 0,
+            end: columns,
             rows: occ
                 .iter()
                 .map(|&o| SpanRow { occupancy: o, means: CellMeans { fresh, ..CellMeans::default() } })
@@ -389,11 +469,101 @@ mod tests {
         }
     }
 
-    /// A long decoding's preview keeps at most PREVIEW_BLOCKS + 1 blocks, and
-    /// they are the pyramid's blocks of that width, also for the blocks
-    /// pushed after it started merging: within one quantization step (the
-    /// pyramid merges pairs of merged pairs, the preview all of a block's
-    /// level-0 blocks at once).
+    /// A whole level-0 block.
+    fn span(occ: &[f64], fresh: f64) -> Span {
+        span_of(occ, fresh, 1 << FIRST_SHIFT)
+    }
+
+    fn with_limits(max_level0_cells: usize, skip_second_level_cells: usize) -> PyramidBuilder {
+        PyramidBuilder { limits: Limits { max_level0_cells, skip_second_level_cells }, ..PyramidBuilder::default() }
+    }
+
+    /// The slow reference: level 0 as the builder keeps it (its blocks
+    /// doubled as the builder doubles them), then each level merged in
+    /// pairs from the one below once everything is in, and level 1 left
+    /// out above a large level 0.
+    fn reference(spans: &[Span], limits: Limits) -> Vec<Level> {
+        let pairs = |below: &Level, columns: u64| {
+            let width = 1u64 << below.shift;
+            let mut up = Level::new(below.shift + 1);
+            for g in 0..below.blocks().div_ceil(2) {
+                let mut merger = RowMerger::default();
+                for i in 2 * g..(2 * g + 2).min(below.blocks()) {
+                    let w = width.min(columns - i as u64 * width) as f64;
+                    merger.add(below.block(i).iter().map(SummaryCell::row), w);
+                }
+                up.push(merger.finish().iter().map(SummaryCell::from_row));
+            }
+            up
+        };
+        let mut level0 = Level::new(FIRST_SHIFT);
+        let mut columns = 0;
+        for span in spans {
+            level0.push(span.rows.iter().map(SummaryCell::from_row));
+            columns += span.end - span.start;
+            if level0.cells() > limits.max_level0_cells && level0.blocks().is_multiple_of(2) {
+                level0 = pairs(&level0, columns);
+            }
+        }
+        if level0.blocks() == 0 {
+            return Vec::new();
+        }
+        let skip = level0.cells() > limits.skip_second_level_cells && level0.blocks() > 1;
+        let mut levels = vec![level0];
+        while let Some(last) = levels.last().filter(|l| l.blocks() > 1 || (skip && levels.len() == 2)) {
+            let next = pairs(last, columns);
+            levels.push(next);
+        }
+        if skip {
+            levels.remove(1);
+        }
+        levels
+    }
+
+    /// Spans as the decoder makes them: whole blocks of the builder's
+    /// width when each is pushed, the last `last_part` of one.
+    fn push_all(builder: &mut PyramidBuilder, rows: &[Vec<(f64, f64)>], last_part: f64) -> Vec<Span> {
+        let mut spans = Vec::new();
+        for (i, block) in rows.iter().enumerate() {
+            let width = builder.block_width();
+            let columns = if i + 1 == rows.len() { ((width as f64 * last_part) as u64).max(1) } else { width };
+            let mut span = span_of(&[], 0.0, columns);
+            span.rows = block
+                .iter()
+                .map(|&(occupancy, fresh)| SpanRow {
+                    occupancy,
+                    means: CellMeans { fresh, tint: fresh / 2.0, ..CellMeans::default() },
+                })
+                .collect();
+            builder.push(&span);
+            spans.push(span);
+        }
+        spans
+    }
+
+    proptest::proptest! {
+        /// The levels made as level 0 grows are the levels merged from it
+        /// at the end, cell for cell: with short last blocks, blocks of
+        /// different heights, level 0 doubling its blocks and level 1 left
+        /// out (limits small enough to reach).
+        #[test]
+        fn levels_made_while_decoding_are_the_levels_merged_at_the_end(
+            rows in proptest::collection::vec(proptest::collection::vec((0.0..=1.0f64, 0.0..=1.0f64), 0..6), 0..70),
+            last_part in 0.01..=1.0f64,
+            max_level0_cells in 8usize..200,
+            skip_second_level_cells in 4usize..200,
+        ) {
+            let limits = Limits { max_level0_cells, skip_second_level_cells };
+            let mut builder = with_limits(max_level0_cells, skip_second_level_cells);
+            let spans = push_all(&mut builder, &rows, last_part);
+            let columns = spans.iter().map(|s| s.end - s.start).sum();
+            proptest::prop_assert_eq!(builder.finish(columns).levels, reference(&spans, limits));
+        }
+    }
+
+    /// A long decoding's preview keeps at most PREVIEW_BLOCKS + 1 blocks,
+    /// and they are the pyramid's blocks of that width, also for the
+    /// blocks pushed after it moved to a coarser level.
     #[test]
     fn the_preview_holds_the_pyramid_level_of_its_width() {
         let preview = std::sync::Arc::new(Preview::default());
@@ -404,25 +574,70 @@ mod tests {
             builder.push(&span(&occupancy[..1 + (i % 3) as usize], (i % 13) as f64 / 13.0));
             let state = preview.state();
             assert!(state.blocks.len() <= PREVIEW_BLOCKS + 1, "{} blocks after {i}", state.blocks.len());
+            assert_eq!(preview.columns(), state.blocks.len() as u64 * state.block_width);
         }
         let state = preview.state();
         let pyramid = builder.finish(blocks << FIRST_SHIFT);
-        assert_eq!(state.block_width, 4 << FIRST_SHIFT, "halved twice");
+        assert_eq!(state.block_width, 4 << FIRST_SHIFT, "moved up twice");
         assert_eq!(state.blocks.len(), 2500, "the last block waits for its fourth part");
         let level = pyramid.levels.iter().find(|l| 1u64 << l.shift == state.block_width).expect("level");
-        let near = |a: &SummaryCell, b: &SummaryCell| {
-            let step = |x: u8, y: u8| x.abs_diff(y) <= 1;
-            a.occupancy.abs_diff(b.occupancy) <= 1
-                && step(a.fresh, b.fresh)
-                && step(a.fresh_bytes, b.fresh_bytes)
-                && step(a.fresh_distinct, b.fresh_distinct)
-                && step(a.tint, b.tint)
-        };
         for (i, block) in state.blocks.iter().enumerate() {
-            let want = level.block(i);
-            assert_eq!(block.len(), want.len(), "block {i}");
-            assert!(block.iter().zip(want).all(|(a, b)| near(a, b)), "block {i}: {block:?} against {want:?}");
+            assert_eq!(**block, *level.block(i), "block {i}");
         }
+    }
+
+    /// When level 0's blocks double, the preview shows the new level 0's
+    /// blocks (it was showing level 0), and level 1 is not kept above a
+    /// large level 0 once the preview is past it.
+    #[test]
+    fn the_preview_follows_level_0_when_its_blocks_double() {
+        let preview = std::sync::Arc::new(Preview::default());
+        let mut builder = PyramidBuilder {
+            limits: Limits { max_level0_cells: 30, skip_second_level_cells: 20 },
+            ..PyramidBuilder::with_preview(preview.clone())
+        };
+        let rows: Vec<Vec<(f64, f64)>> = (0..21).map(|i| vec![(1.0, i as f64 / 21.0), (0.5, 0.25)]).collect();
+        let spans = push_all(&mut builder, &rows, 1.0);
+        // 21 blocks of 2 rows: level 0 doubles at the 16th (32 cells).
+        let state = preview.state();
+        assert!(state.block_width > 1 << FIRST_SHIFT, "level 0 doubled: {}", state.block_width);
+        assert_eq!(state.block_width, builder.block_width());
+        assert_eq!(state.blocks.len(), builder.level0.blocks());
+        for (i, block) in state.blocks.iter().enumerate() {
+            assert_eq!(**block, *builder.level0.block(i), "block {i}");
+        }
+        let columns = spans.iter().map(|s| s.end - s.start).sum();
+        let limits = builder.limits;
+        assert_eq!(builder.finish(columns).levels, reference(&spans, limits));
+    }
+
+    /// Above the threshold, the level of twice level 0's width is left
+    /// out: level 1 is not kept, and level 2 is what two levels of pairs
+    /// make.
+    #[test]
+    fn a_large_level_0_skips_the_level_above_it() {
+        let build = |skip_above: usize| {
+            let mut b = with_limits(MAX_LEVEL0_CELLS, skip_above);
+            for i in 0..11u64 {
+                let occupancy = [1.0, (i % 5) as f64 / 5.0, (i % 3) as f64 / 3.0];
+                let columns = if i == 10 { (1 << FIRST_SHIFT) - 100 } else { 1 << FIRST_SHIFT };
+                b.push(&span_of(&occupancy[..1 + (i % 3) as usize], (i % 7) as f64 / 7.0, columns));
+            }
+            let level1_kept = b.rising[0].keep;
+            (b.finish((11 << FIRST_SHIFT) - 100), level1_kept)
+        };
+        let ((pairs, kept), (skipping, dropped)) = (build(usize::MAX), build(10));
+        let shifts = |p: &BitmapPyramid| p.levels.iter().map(|l| l.shift - FIRST_SHIFT).collect::<Vec<_>>();
+        assert_eq!(shifts(&pairs), vec![0, 1, 2, 3, 4]);
+        assert_eq!(shifts(&skipping), vec![0, 2, 3, 4]);
+        assert!(kept && !dropped, "level 1's blocks are dropped as level 0 grows past the threshold");
+        assert_eq!(skipping.levels[1].blocks(), 3, "11 blocks in fours, the last group short");
+        assert_eq!(pairs.levels[2..], skipping.levels[1..]);
+        // A view of 3 blocks a pixel is drawn from level 0 when the level
+        // of 2 blocks is left out.
+        let w = (1u64 << FIRST_SHIFT) as f64;
+        assert_eq!(skipping.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT));
+        assert_eq!(pairs.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT + 1));
     }
 
     #[test]
@@ -453,51 +668,14 @@ mod tests {
         }
     }
 
-    /// Above the threshold, the level of twice level 0's width is left
-    /// out, and the level of four times its width merges groups of four
-    /// as two levels of pairs would (within quantizing).
-    #[test]
-    fn a_large_level_0_skips_the_level_above_it() {
-        let mut b = PyramidBuilder::default();
-        let blocks = 11u64;
-        for i in 0..blocks {
-            let occupancy = [1.0, (i % 5) as f64 / 5.0, (i % 3) as f64 / 3.0];
-            b.push(&span(&occupancy[..1 + (i % 3) as usize], (i % 7) as f64 / 7.0));
-        }
-        let columns = (blocks << FIRST_SHIFT) - 100;
-        let level0 = b.level0;
-        let pairs = BitmapPyramid::from_level0(level0.clone(), columns, level0.cells());
-        let skipping = BitmapPyramid::from_level0(level0.clone(), columns, level0.cells() - 1);
-        let shifts = |p: &BitmapPyramid| p.levels.iter().map(|l| l.shift - FIRST_SHIFT).collect::<Vec<_>>();
-        assert_eq!(shifts(&pairs), vec![0, 1, 2, 3, 4]);
-        assert_eq!(shifts(&skipping), vec![0, 2, 3, 4]);
-        let (by_pairs, by_fours) = (&pairs.levels[2], &skipping.levels[1]);
-        assert_eq!(by_fours.blocks(), 3, "11 blocks in fours, the last group short");
-        for i in 0..by_fours.blocks() {
-            let (a, b) = (by_pairs.block(i), by_fours.block(i));
-            assert_eq!(a.len(), b.len(), "block {i}");
-            for (x, y) in a.iter().zip(b) {
-                assert!(
-                    x.occupancy.abs_diff(y.occupancy) <= 2 && x.fresh.abs_diff(y.fresh) <= 1,
-                    "block {i}: {x:?} {y:?}"
-                );
-            }
-        }
-        // A view of 3 blocks a pixel is drawn from level 0 when the level
-        // of 2 blocks is left out.
-        let w = (1u64 << FIRST_SHIFT) as f64;
-        assert_eq!(skipping.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT));
-        assert_eq!(pairs.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT + 1));
-    }
-
     #[test]
     fn coarser_levels_merge_by_width_and_occupancy() {
         let mut b = PyramidBuilder::default();
-        b.push(&span(&[1.0, 1.0], 1.0));
-        b.push(&span(&[1.0], 0.0));
-        b.push(&span(&[0.5], 1.0));
         // Three level-0 blocks, the last one a quarter as wide.
         let width = 1u64 << FIRST_SHIFT;
+        b.push(&span(&[1.0, 1.0], 1.0));
+        b.push(&span(&[1.0], 0.0));
+        b.push(&span_of(&[0.5], 1.0, width / 4));
         let p = b.finish(width * 2 + width / 4);
         assert_eq!(p.levels.len(), 3);
         let l1 = &p.levels[1];
