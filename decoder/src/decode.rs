@@ -372,6 +372,13 @@ impl CacheStage {
 
 /// Operations between a last-level set's prefetch and its use.
 const CACHE_LOOKAHEAD: usize = 8;
+/// Operations ahead of the one applied whose part of the batch starts
+/// loading, in the cache and working-set stages (1 KiB). A batch is written
+/// on another core, and the first read of each of its cache lines waited
+/// for it: `perf annotate` put 18% of the cache stage's own samples on that
+/// read, 6% with the hint. `report` of the 100M-read benchmark trace, 6
+/// alternating rounds: 6.08 s -> 6.04 s (faster in 5), CPU 11.72 -> 11.63 s.
+const BATCH_LOOKAHEAD: usize = 64;
 
 /// The cache stage: the simulation and the reuse distances over the reads
 /// and writes in order.
@@ -380,6 +387,7 @@ fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batc
     let mut sizes = OpSize::default();
     for batch in receiver {
         for (i, op) in batch.iter().enumerate() {
+            crate::prefetch::prefetch(batch.as_ptr().wrapping_add(i + BATCH_LOOKAHEAD));
             if let Some(SetOp::Read { addr, .. } | SetOp::Write { addr, .. }) = batch.get(i + CACHE_LOOKAHEAD) {
                 cache.simulator.prefetch(*addr);
             }
@@ -461,7 +469,8 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
     let mut sizes = OpSize::default();
     let mut alloc_start = 0u64;
     for batch in receiver {
-        for op in batch.iter() {
+        for (i, op) in batch.iter().enumerate() {
+            crate::prefetch::prefetch(batch.as_ptr().wrapping_add(i + BATCH_LOOKAHEAD));
             match *op {
                 SetOp::Read { addr, size, site, .. } => {
                     let size = sizes.decode(size);
