@@ -2,7 +2,8 @@
 
 /// Starts loading the host cache line holding `p` into the CPU cache. A
 /// hint: it reads nothing, changes nothing and cannot fault, so any
-/// pointer will do (callers pass elements of their own tables).
+/// pointer will do (callers pass elements of their own tables, or places just
+/// past them).
 #[inline]
 pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
