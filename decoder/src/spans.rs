@@ -174,9 +174,10 @@ impl LineSums {
         self.tinted_columns += other.tinted_columns;
     }
 
-    /// Starts over at `column`, keeping the tint.
-    fn restart(&mut self, column: u64, clock_sum: u64) {
-        *self = LineSums { since: column, clock_sum_since: clock_sum, tinted: self.tinted, ..LineSums::default() };
+    /// The sums of a line whose sums were `old`, started over at `column`
+    /// (the tint stays).
+    fn restarted(old: &LineSums, column: u64, clock_sum: u64) -> LineSums {
+        LineSums { since: column, clock_sum_since: clock_sum, tinted: old.tinted, ..LineSums::default() }
     }
 }
 
@@ -335,10 +336,14 @@ impl SpanAccumulator {
         present.clear();
         sums.clear();
         set.for_each_line_mut(|state| {
-            self.settle(state);
+            // The settled sums go to `sums` from the registers they were
+            // made in: settled in place and copied from there, the copy's
+            // wide loads waited for the narrower stores before them (two
+            // thirds of this loop's time).
+            let settled = self.settled(state);
             present.push((state.line, sums.len() as u32));
-            sums.push(state.spans);
-            state.spans.restart(column, clock_sum);
+            sums.push(settled);
+            state.spans = LineSums::restarted(&settled, column, clock_sum);
         });
         sort_by_line(&mut present, &mut self.packed);
         let height = self.sizes.len().saturating_sub(1).max(present.len());
