@@ -153,6 +153,11 @@ impl<V: Copy + Default> LineTable<V> {
         self.iter().map(|(_, v)| v)
     }
 
+    /// Every value, mutably, in no particular order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.slots.iter_mut().filter(|(k, _)| *k != EMPTY).map(|(_, v)| v)
+    }
+
     fn grow(&mut self) {
         let doubled = crate::huge_pages::filled_vec(self.slots.len() * 2, (EMPTY, V::default()));
         let old = std::mem::replace(&mut self.slots, doubled);

@@ -307,22 +307,40 @@ impl ReuseDistance {
     /// Renumbers the live marks 0..live in time order and rebuilds the
     /// marks and the tree, with room for sixteen times the live lines so
     /// compactions stay rare.
+    ///
+    /// A line's new time is the rank of its mark among the marks (one per
+    /// line read): the marks of the words before its own, plus those before
+    /// it in its word. So one pass over the table in memory order renumbers
+    /// the lines, where they were sorted by time and each looked up again
+    /// (the tracker alone, on the 100M-read benchmark trace's accesses:
+    /// 2.24 s -> 2.21 s, 4 alternating rounds).
     fn compact(&mut self) {
-        let mut order: Vec<(u32, u64)> =
-            self.lines.iter().filter(|(_, e)| e.last_read != NOT_READ).map(|(line, e)| (e.last_read, line)).collect();
-        order.sort_unstable();
-        let slots = (order.len() * 16).max(MIN_SLOTS).next_power_of_two();
+        let mut marks_before = Vec::with_capacity(self.marks.len());
+        let mut live = 0u32;
+        for &word in &self.marks {
+            marks_before.push(live);
+            live += word.count_ones();
+        }
+        debug_assert_eq!(live, self.live, "one mark per line read");
+        for entry in self.lines.values_mut() {
+            if entry.last_read != NOT_READ {
+                let (word, bit) = (entry.last_read as usize / 64, entry.last_read % 64);
+                let earlier = self.marks[word] & ((1u64 << bit) - 1);
+                entry.last_read = marks_before[word] + earlier.count_ones();
+            }
+        }
+        let live = live as usize;
+        let slots = (live * 16).max(MIN_SLOTS).next_power_of_two();
         self.marks = vec![0; slots / 64];
         self.tree = vec![0; slots / 64];
-        for (new_time, &(_, line)) in order.iter().enumerate() {
-            if let Some(e) = self.lines.get_mut(line) {
-                e.last_read = new_time as u32;
-            }
-            self.marks[new_time / 64] |= 1 << (new_time % 64);
+        // Times 0..live are the marks now.
+        self.marks[..live / 64].fill(u64::MAX);
+        if !live.is_multiple_of(64) {
+            self.marks[live / 64] = (1u64 << (live % 64)) - 1;
         }
         // Build the tree in O(n): word counts (the tail's left out), then
         // push partial sums up.
-        self.now = order.len() as u32;
+        self.now = live as u32;
         self.tail = self.now as usize / 64;
         for (count, word) in self.tree.iter_mut().zip(&self.marks).take(self.tail) {
             *count = word.count_ones();
