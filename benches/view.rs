@@ -11,6 +11,11 @@
 //!   the whole trace to a few columns, goal < 150 ms;
 //! - the viewer's peak RSS, goal < 1 GiB.
 //!
+//! The time to the decoded trace moves by a tenth between runs on a noisy
+//! machine: each trace is opened in `LINETRACE_BENCH_SESSIONS` sessions
+//! (default 3), and their times and median are printed after the first
+//! session's report.
+//!
 //! It also times `linetrace render` of the whole trace at 1200x500 (it
 //! draws from the summary), against the same drawn exactly by replay
 //! (`rasterize_exact`, what `render` did before the summary) on the 10M
@@ -51,6 +56,8 @@ fn main() {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![10_000_000, 100_000_000]);
+    let sessions: usize =
+        std::env::var("LINETRACE_BENCH_SESSIONS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(3).max(1);
     let dir = std::env::temp_dir();
     for &reads in &sizes {
         let path: PathBuf = dir.join(format!("linetrace-view-bench-{reads}-{}.lntrace", std::process::id()));
@@ -59,6 +66,18 @@ fn main() {
         eprintln!("wrote {reads} miss-heavy reads in {:.1}s", t.elapsed().as_secs_f64());
         let json = path.with_extension("json");
         measure_session(linetrace, &[], &path, &json, &format!("view {reads} reads"));
+        let mut decoded = vec![decoded_ms(&json)];
+        for _ in 1..sessions {
+            run_session(linetrace, &[], &path, &json);
+            decoded.push(decoded_ms(&json));
+        }
+        let each: Vec<String> = decoded.iter().map(|ms| format!("{ms:.0}")).collect();
+        println!(
+            "  decoded, {} sessions  median {:.0} ms ({} ms)",
+            decoded.len(),
+            percentile(&mut decoded, 0.5),
+            each.join(", ")
+        );
 
         // render of the whole trace, from the summary.
         let png = path.with_extension("png");
@@ -105,6 +124,13 @@ fn main() {
 /// Runs `view MODE_ARGS TRACE --bench-json JSON` headless at 1920x1080 and
 /// prints what it measured under `title`.
 fn measure_session(linetrace: &str, mode_args: &[&str], trace: &Path, json: &Path, title: &str) {
+    let (secs, rss) = run_session(linetrace, mode_args, trace, json);
+    print_session(title, json, secs, rss);
+}
+
+/// Runs `view MODE_ARGS TRACE --bench-json JSON` headless at 1920x1080:
+/// the session's wall time (s) and peak RSS (KiB).
+fn run_session(linetrace: &str, mode_args: &[&str], trace: &Path, json: &Path) -> (f64, u64) {
     let (secs, rss, ok, _, err) = run_measured(
         Command::new(linetrace)
             .arg("view")
@@ -116,7 +142,13 @@ fn measure_session(linetrace: &str, mode_args: &[&str], trace: &Path, json: &Pat
             .env_remove("WAYLAND_DISPLAY"),
     );
     assert!(ok, "view {} --bench-json failed: {err}", mode_args.join(" "));
-    print_session(title, json, secs, rss);
+    (secs, rss)
+}
+
+/// The time to the decoded trace in a session's report.
+fn decoded_ms(json: &Path) -> f64 {
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(json).expect("report")).expect("JSON");
+    r["decoded_ms"].as_f64().expect("decoded_ms in the report")
 }
 
 /// Prints what `view --bench-json` measured (written to `json`), for a
