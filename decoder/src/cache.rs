@@ -267,22 +267,31 @@ fn way_tag(line: u64) -> u64 {
 /// One set-associative level: per set, its lines most recently used
 /// first (as [`way_tag`]s).
 ///
-/// Each set's most recently used line is kept apart from its other ways,
-/// all sets' side by side ([`CacheLevel::mru`]): a last level much larger
-/// than what a trace touches holds about one line per set, so nearly every
-/// reference is decided there, in 2 MB for the 480 MiB last level instead
-/// of a host cache line of its own among 63 MB; and the other ways of a
-/// set that never held two lines are never touched, nor their memory
-/// given. (`report` of the 100M-read benchmark trace, 262,144 sets
-/// referenced: 5.82-5.98 s -> 5.70-5.94 s, peak RSS 659-672 -> 607-621 MB.)
+/// Each set's two most recently used lines are kept apart from its other
+/// ways, all sets' pairs side by side ([`CacheLevel::recent`]): a last level
+/// much larger than what a trace touches holds one or two lines per set, so
+/// nearly every reference is decided in that pair, 4 MB for the 480 MiB
+/// last level instead of a host cache line of its own among 63 MB; and the
+/// other ways of a set that never held three lines are never touched, nor
+/// their memory given. (With only the most recent line apart, `report` of
+/// the 100M-read benchmark trace, 262,144 sets referenced: 5.82-5.98 s ->
+/// 5.70-5.94 s, peak RSS 659-672 -> 607-621 MB. On that trace a set's
+/// second line is common too, a read of its table after the array's line
+/// in the same set, and its search of the other ways waited on memory: with
+/// it in the pair, 9 alternating rounds, 5.37 -> 5.34 s, user CPU 9.91 ->
+/// 9.77 s.)
 #[derive(Clone, Debug)]
 pub struct CacheLevel {
     line_shift: u32,
     set_mask: u64,
-    /// Ways beyond the first, per set.
+    /// Whether sets have a second way.
+    two_ways: bool,
+    /// Ways beyond the second, per set.
     older_ways: usize,
-    /// Per set, the tag of its most recently used line (0: empty set).
-    mru: Vec<u64>,
+    /// Per set, the tags of its most recently used line and of the one
+    /// before it (0: empty); one 16-byte pair per set, so a pair never
+    /// straddles two host cache lines.
+    recent: Vec<u64>,
     /// Per set, the tags of its other lines, most recently used first.
     older: Vec<u64>,
 }
@@ -291,12 +300,13 @@ impl CacheLevel {
     /// An empty (cold) level; `geometry` must be valid.
     pub fn new(geometry: CacheGeometry) -> CacheLevel {
         let sets = geometry.sets().max(1);
-        let older_ways = geometry.ways.saturating_sub(1) as usize;
+        let older_ways = geometry.ways.saturating_sub(2) as usize;
         CacheLevel {
             line_shift: geometry.line_size.trailing_zeros(),
             set_mask: sets - 1,
+            two_ways: geometry.ways >= 2,
             older_ways,
-            mru: crate::huge_pages::zeroed_words(sets as usize),
+            recent: crate::huge_pages::zeroed_words(sets as usize * 2),
             older: crate::huge_pages::zeroed_words(sets as usize * older_ways),
         }
     }
@@ -307,13 +317,13 @@ impl CacheLevel {
     /// knows the next accesses prefetches them.
     #[inline]
     pub fn prefetch(&self, addr: u64) {
-        // Only the most recently used line, where nearly all hits are (the
-        // other ways are loaded when a reference needs them): loading all
-        // of a 30-way set, four host lines for every access of the trace,
-        // kept the CPU's outstanding loads full, and each prefetch waited
-        // for a free one.
-        if let Some(way) = self.mru.get(((addr >> self.line_shift) & self.set_mask) as usize) {
-            crate::prefetch::prefetch(way);
+        // Only the two most recently used lines, where nearly all hits are
+        // (the other ways are loaded when a reference needs them): loading
+        // all of a 30-way set, four host lines for every access of the
+        // trace, kept the CPU's outstanding loads full, and each prefetch
+        // waited for a free one.
+        if let Some(pair) = self.recent.get(((addr >> self.line_shift) & self.set_mask) as usize * 2) {
+            crate::prefetch::prefetch(pair);
         }
     }
 
@@ -323,17 +333,22 @@ impl CacheLevel {
     pub fn touch_line(&mut self, line: u64) -> bool {
         let set = (line & self.set_mask) as usize;
         let tag = way_tag(line);
-        let mru = self.mru[set];
-        if mru == tag {
+        let (first, second) = (self.recent[2 * set], self.recent[2 * set + 1]);
+        if first == tag {
             return false;
         }
-        self.mru[set] = tag;
-        if mru == 0 {
-            // An empty set: its other ways are empty too.
+        self.recent[2 * set] = tag;
+        if first == 0 || !self.two_ways {
+            // An empty set (its other ways are empty too), or the only way.
             return true;
         }
-        // The old most recently used line becomes the first of the others;
-        // the line's old way (or, on a miss, the last) makes room for it.
+        self.recent[2 * set + 1] = first;
+        if second == tag || second == 0 {
+            // The second line (a hit), or a set that held one line.
+            return second == 0;
+        }
+        // The old second line becomes the first of the others; the line's
+        // old way (or, on a miss, the last) makes room for it.
         let older = &mut self.older[set * self.older_ways..][..self.older_ways];
         let (end, missed) = match older.iter().position(|&t| t == tag) {
             Some(i) => (i + 1, false),
@@ -341,7 +356,7 @@ impl CacheLevel {
         };
         if end > 0 {
             older[..end].rotate_right(1);
-            older[0] = mru;
+            older[0] = second;
         }
         missed
     }
