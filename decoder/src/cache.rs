@@ -289,8 +289,8 @@ pub struct CacheLevel {
     /// Ways beyond the second, per set.
     older_ways: usize,
     /// Per set, the tags of its most recently used line and of the one
-    /// before it (0: empty); one 16-byte pair per set, so a pair never
-    /// straddles two host cache lines.
+    /// before it (0: empty); one 16-byte pair per set (the allocator's
+    /// blocks are 16-byte aligned, so a pair is in one host cache line).
     recent: Vec<u64>,
     /// Per set, the tags of its other lines, most recently used first.
     older: Vec<u64>,
