@@ -145,16 +145,20 @@ fn run_session(linetrace: &str, mode_args: &[&str], trace: &Path, json: &Path) -
     (secs, rss)
 }
 
+/// The report `view --bench-json` wrote to `json`.
+fn read_report(json: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(json).expect("report")).expect("JSON")
+}
+
 /// The time to the decoded trace in a session's report.
 fn decoded_ms(json: &Path) -> f64 {
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(json).expect("report")).expect("JSON");
-    r["decoded_ms"].as_f64().expect("decoded_ms in the report")
+    read_report(json)["decoded_ms"].as_f64().expect("decoded_ms in the report")
 }
 
 /// Prints what `view --bench-json` measured (written to `json`), for a
 /// session that took `secs` and peaked at `rss` KiB.
 fn print_session(title: &str, json: &Path, secs: f64, rss: u64) {
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(json).expect("report")).expect("JSON");
+    let r = read_report(json);
     let series = |key: &str| -> Vec<f64> {
         r[key].as_array().map(|a| a.iter().filter_map(|v| v.as_f64()).collect()).unwrap_or_default()
     };
