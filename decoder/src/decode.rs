@@ -50,6 +50,11 @@ const BATCH: usize = 1 << 13;
 /// between them (8 batches: 9.1 s for the 100M-read benchmark trace's
 /// `report`, 64: 8.3 s, 256: 8.0 s).
 const BATCHES_IN_FLIGHT: usize = 128;
+/// Columns decoded before the trace's length is estimated from the part
+/// of the file they took ([`SetOp::ExpectColumns`]): enough for a steady
+/// rate, few enough that a long trace closes few spans of the finest block
+/// width before its blocks widen (2,048 at 512 columns each).
+const EXPECT_AFTER_COLUMNS: u64 = 1 << 20;
 
 /// Decodes the trace at `path` (see [`Model::decode`]); `preview`, if
 /// given, shows the summary as it is built.
@@ -76,6 +81,7 @@ pub(crate) fn decode(
         *options,
         timeline,
         StageSender { senders: [set_sender, cache_sender], batch: Vec::with_capacity(BATCH) },
+        total_bytes,
     );
     let mut report = |done: u64| {
         if let Some(p) = &preview {
@@ -196,6 +202,9 @@ enum SetOp {
     Snapshot,
     /// Drop every other recorded snapshot, keeping the first.
     ThinSnapshots,
+    /// The trace is expected to have about `columns` columns (from the
+    /// part of the file read so far): the summary picks its block width.
+    ExpectColumns { columns: u64 },
 }
 
 // Every access goes through the batches, which are larger than the CPU's
@@ -418,7 +427,8 @@ fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batc
                 | SetOp::AllocEnd { .. }
                 | SetOp::Free { .. }
                 | SetOp::Snapshot
-                | SetOp::ThinSnapshots => {}
+                | SetOp::ThinSnapshots
+                | SetOp::ExpectColumns { .. } => {}
             }
         }
     }
@@ -512,6 +522,7 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
                     live.0.remove(&start);
                 }
                 SetOp::Snapshot => snapshot_sets.push((set.clock(), set.snapshot())),
+                SetOp::ExpectColumns { columns } => pyramid.expect(columns, max_rows.max(set.len() as u32)),
                 SetOp::ThinSnapshots => {
                     let mut i = 0;
                     snapshot_sets.retain(|_| {
@@ -606,12 +617,16 @@ struct EventStage {
     chunk_serial: u64,
     /// String id of the program exec'd into.
     exec: Option<u32>,
+    /// Size of the trace file (0: unknown), for the expected length.
+    file_bytes: u64,
+    /// Whether the expected length was sent.
+    expected: bool,
     /// Lowest and highest stack pointer seen, per thread.
     stacks: BTreeMap<u32, (u64, u64)>,
 }
 
 impl EventStage {
-    fn new(options: DecodeOptions, timeline: Option<u32>, stages: StageSender) -> Self {
+    fn new(options: DecodeOptions, timeline: Option<u32>, stages: StageSender, file_bytes: u64) -> Self {
         EventStage {
             timeline,
             column: 0,
@@ -635,6 +650,8 @@ impl EventStage {
             snapshot_every: options.snapshot_every.max(1),
             chunk_serial: 0,
             exec: None,
+            file_bytes,
+            expected: false,
             stacks: BTreeMap::new(),
         }
     }
@@ -662,6 +679,7 @@ impl EventStage {
             if reader.chunk_serial() != self.chunk_serial {
                 self.chunk_serial = reader.chunk_serial();
                 self.maybe_snapshot(reader.chunk_position());
+                self.maybe_expect(reader.bytes_read());
                 progress(reader.bytes_read());
             }
             let thread = rec.thread;
@@ -748,6 +766,19 @@ impl EventStage {
         let range = self.stacks.entry(thread).or_insert((sp, sp));
         range.0 = range.0.min(sp);
         range.1 = range.1.max(sp);
+    }
+
+    /// Once [`EXPECT_AFTER_COLUMNS`] columns are in, `bytes` into the
+    /// file: tells the summary how many columns the whole file should
+    /// hold, at the rate so far. At a chunk's start, so the same file
+    /// always gives the same estimate.
+    fn maybe_expect(&mut self, bytes: u64) {
+        if self.expected || self.column < EXPECT_AFTER_COLUMNS || self.file_bytes == 0 || bytes == 0 {
+            return;
+        }
+        self.expected = true;
+        let columns = (self.column as f64 * self.file_bytes as f64 / bytes as f64) as u64;
+        self.stages.send(SetOp::ExpectColumns { columns });
     }
 
     fn maybe_snapshot(&mut self, chunk: ChunkPosition) {

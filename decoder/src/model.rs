@@ -20,9 +20,9 @@
 //!   [`crate::cursor::ColumnCursor`], the one way every consumer walks
 //!   columns. Nothing of size columns x rows is ever materialised.
 //! - **bitmap summary** ([`BitmapPyramid`]): the bitmap summed over blocks
-//!   of `2^k` columns at every k from the finest (`2^12` columns, coarser
-//!   for very long traces) up ([`crate::spans`] says what is summed and what
-//!   is approximate). A zoomed-out view is drawn from it in O(pixels x rows)
+//!   of `2^k` columns at every k from the finest (`2^9` columns, coarser
+//!   for long traces: [`crate::pyramid::FIRST_SHIFT`]) up ([`crate::spans`]
+//!   says what is summed and what is approximate). A zoomed-out view is drawn from it in O(pixels x rows)
 //!   time; zoomed-in views replay exactly.
 //! - **allocations** ([`AllocationRecord`]): blocks with address range and
 //!   lifetime in columns, and the reads/writes that fell into each, with an

@@ -33,9 +33,16 @@ pub const MAX_LEVEL0_CELLS: usize = 1 << 26;
 /// a pixel merges that many level-0 blocks a pixel, which costs less than
 /// the replay a missing finer level would.
 pub const SKIP_SECOND_LEVEL_CELLS: usize = 1 << 25;
-/// Width of level-0 blocks to start with: `2^10` columns (they double for
-/// long traces).
-pub const FIRST_SHIFT: u32 = 10;
+/// Width of level-0 blocks to start with: `2^9` columns. They double for
+/// long traces: when level 0 would pass [`MAX_LEVEL0_CELLS`], and early,
+/// when decoding expects the trace to ([`PyramidBuilder::expect`]), so a
+/// long trace does not close twice as many spans as it keeps for most of
+/// its length. A view of fewer columns a pixel than level 0's blocks is
+/// drawn by replaying the working set: with blocks of 1,024 columns, the
+/// zoom step of a 10M-read trace at 721 columns a pixel replayed 1.4M
+/// columns, 149-175 ms to the sharp picture; drawn from blocks of 512,
+/// 62-67 ms (two viewer sessions each, `view --bench-json`).
+pub const FIRST_SHIFT: u32 = 9;
 
 /// One row of one block, quantized.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -130,6 +137,12 @@ impl Level {
     fn last_block(&self) -> &[SummaryCell] {
         self.blocks().checked_sub(1).map_or(&[], |i| self.block(i))
     }
+}
+
+/// Cells of a level of `2^shift`-column blocks over `columns` columns of
+/// `rows` rows.
+fn expected_cells(columns: u64, rows: u32, shift: u32) -> u64 {
+    columns.div_ceil(1 << shift).saturating_mul(u64::from(rows.max(1)))
 }
 
 /// The summary: level 0 finest.
@@ -314,6 +327,11 @@ pub struct PyramidBuilder {
     /// The preview, and the level it shows.
     preview: Option<(std::sync::Arc<Preview>, usize)>,
     limits: Limits,
+    /// Block width (as a shift) level 0 doubles to as soon as it can: what
+    /// the trace's expected length needs ([`PyramidBuilder::expect`]).
+    wanted_shift: u32,
+    /// The expected length, columns and rows, if told.
+    expected: Option<(u64, u32)>,
 }
 
 /// Level-0 sizes at which the pyramid's shape changes.
@@ -333,6 +351,8 @@ impl Default for PyramidBuilder {
             last_width: 0,
             preview: None,
             limits: Limits { max_level0_cells: MAX_LEVEL0_CELLS, skip_second_level_cells: SKIP_SECOND_LEVEL_CELLS },
+            wanted_shift: FIRST_SHIFT,
+            expected: None,
         }
     }
 }
@@ -349,16 +369,68 @@ impl PyramidBuilder {
         PyramidBuilder { preview: Some((preview, 0)), ..PyramidBuilder::default() }
     }
 
+    /// The trace is expected to have `columns` columns of up to `rows`
+    /// rows: level 0 doubles (at its next even block) to the narrowest
+    /// blocks whose cells for that many columns stay within
+    /// [`MAX_LEVEL0_CELLS`], as it would once it got there. An estimate
+    /// too short costs nothing but the later doubling; one too long, a
+    /// coarser level 0 than the trace needed.
+    ///
+    /// Memory, not only time: pages the summary writes for the first time
+    /// are much of decoding's cost (2-9 us each on this project's
+    /// machines, a fifth of a 10M-read trace's `render`). So the kept
+    /// levels reserve the room they are expected to need, which spares
+    /// the copies of growing them by doubling, and when level 0 is
+    /// expected to be large, the level above it is left out from here on
+    /// ([`SKIP_SECOND_LEVEL_CELLS`]) rather than once level 0 gets there.
+    pub fn expect(&mut self, columns: u64, rows: u32) {
+        let mut shift = self.wanted_shift.max(self.level0.shift);
+        while shift < 63 && expected_cells(columns, rows, shift) > self.limits.max_level0_cells as u64 {
+            shift += 1;
+        }
+        self.wanted_shift = shift;
+        self.expected = Some((columns, rows));
+        self.reserve_expected(0);
+    }
+
+    /// Whether level 0 is expected to outgrow [`SKIP_SECOND_LEVEL_CELLS`].
+    fn expects_large_level0(&self) -> bool {
+        self.expected.is_some_and(|(columns, rows)| {
+            expected_cells(columns, rows, self.wanted_shift) > self.limits.skip_second_level_cells as u64
+        })
+    }
+
+    /// Reserves the expected room of the kept levels from `rising[from]`
+    /// up, of blocks at least as wide as level 0 is expected to have (the
+    /// finer ones are on their way out). A little more than expected: an
+    /// estimate a little short would double the room.
+    fn reserve_expected(&mut self, from: usize) {
+        let Some((columns, rows)) = self.expected else { return };
+        // Level 0 never holds more than its limit and one block.
+        let most = self.limits.max_level0_cells as u64 + u64::from(rows);
+        let wanted = self.wanted_shift;
+        let levels = std::iter::once(&mut self.level0)
+            .filter(|_| from == 0)
+            .chain(self.rising.iter_mut().skip(from.saturating_sub(1)).filter(|r| r.keep).map(|r| &mut r.level));
+        for level in levels.filter(|l| l.shift >= wanted) {
+            let cells = expected_cells(columns, rows, level.shift).saturating_mul(21) / 20;
+            let room = cells.min(most) as usize;
+            // Only a hint: without the memory, the level grows as it goes.
+            let _ = level.cells.try_reserve_exact(room.saturating_sub(level.cells.len()));
+        }
+    }
+
     /// Adds the span of the next block (the last may be shorter); its
     /// width is its columns, `start..end`.
     pub fn push(&mut self, span: &Span) {
         self.level0.push(span.rows.iter().map(SummaryCell::from_row));
         self.last_width = span.end.saturating_sub(span.start);
         self.made(0, self.last_width as f64);
-        if self.level0.cells() > self.limits.max_level0_cells && self.level0.blocks().is_multiple_of(2) {
+        let too_fine = self.level0.cells() > self.limits.max_level0_cells || self.level0.shift < self.wanted_shift;
+        if too_fine && self.level0.blocks().is_multiple_of(2) {
             self.double_level0();
         }
-        if self.level0.cells() > self.limits.skip_second_level_cells
+        if (self.level0.cells() > self.limits.skip_second_level_cells || self.expects_large_level0())
             && self.preview.as_ref().is_none_or(|(_, shown)| *shown >= 2)
             && let Some(level1) = self.rising.first_mut()
         {
@@ -372,6 +444,7 @@ impl PyramidBuilder {
         loop {
             if self.rising.len() == k {
                 self.rising.push(RisingLevel::new(self.level0.shift + k as u32 + 1));
+                self.reserve_expected(k + 1);
             }
             let (below, above) = self.rising.split_at_mut(k);
             let (block, made) = match below.last() {
@@ -428,7 +501,11 @@ impl PyramidBuilder {
         if self.level0.blocks() == 0 {
             return BitmapPyramid { levels: Vec::new(), columns };
         }
-        let skip = self.level0.cells() > self.limits.skip_second_level_cells && self.level0.blocks() > 1;
+        // Level 1 is left out when level 0 is large, or was expected to
+        // be and its blocks are gone.
+        let level1_gone = self.rising.first().is_some_and(|l| !l.keep);
+        let skip =
+            (self.level0.cells() > self.limits.skip_second_level_cells || level1_gone) && self.level0.blocks() > 1;
         // Short groups are merged as they are, bottom up, for as long as
         // the level below has more than one block: the coarsest level is
         // one block. (When level 1 is left out, level 2 is made all the
@@ -478,11 +555,21 @@ mod tests {
         PyramidBuilder { limits: Limits { max_level0_cells, skip_second_level_cells }, ..PyramidBuilder::default() }
     }
 
+    /// Before block `at` is pushed, the trace is expected to have
+    /// `columns` columns of `rows` rows ([`PyramidBuilder::expect`]).
+    #[derive(Clone, Copy, Debug)]
+    struct Expectation {
+        at: usize,
+        columns: u64,
+        rows: u32,
+    }
+
     /// The slow reference: level 0 as the builder keeps it (its blocks
-    /// doubled as the builder doubles them), then each level merged in
-    /// pairs from the one below once everything is in, and level 1 left
-    /// out above a large level 0.
-    fn reference(spans: &[Span], limits: Limits) -> Vec<Level> {
+    /// doubled as the builder doubles them, and to the width an
+    /// expectation asks for), then each level merged in pairs from the
+    /// one below once everything is in, and level 1 left out above a
+    /// large level 0.
+    fn reference(spans: &[Span], limits: Limits, expectation: Option<Expectation>) -> Vec<Level> {
         let pairs = |below: &Level, columns: u64| {
             let width = 1u64 << below.shift;
             let mut up = Level::new(below.shift + 1);
@@ -498,17 +585,27 @@ mod tests {
         };
         let mut level0 = Level::new(FIRST_SHIFT);
         let mut columns = 0;
-        for span in spans {
+        let mut wanted = FIRST_SHIFT;
+        let mut expected_large = false;
+        for (i, span) in spans.iter().enumerate() {
+            if let Some(e) = expectation.filter(|e| e.at == i) {
+                let cells =
+                    |s: u32| (e.columns / (1 << s) + u64::from(e.columns % (1 << s) != 0)) * u64::from(e.rows.max(1));
+                // The narrowest blocks, by trying each width in turn.
+                wanted = (level0.shift..64).find(|&s| cells(s) <= limits.max_level0_cells as u64).unwrap_or(63);
+                expected_large = cells(wanted) > limits.skip_second_level_cells as u64;
+            }
             level0.push(span.rows.iter().map(SummaryCell::from_row));
             columns += span.end - span.start;
-            if level0.cells() > limits.max_level0_cells && level0.blocks().is_multiple_of(2) {
+            let too_fine = level0.cells() > limits.max_level0_cells || level0.shift < wanted;
+            if too_fine && level0.blocks().is_multiple_of(2) {
                 level0 = pairs(&level0, columns);
             }
         }
         if level0.blocks() == 0 {
             return Vec::new();
         }
-        let skip = level0.cells() > limits.skip_second_level_cells && level0.blocks() > 1;
+        let skip = (level0.cells() > limits.skip_second_level_cells || expected_large) && level0.blocks() > 1;
         let mut levels = vec![level0];
         while let Some(last) = levels.last().filter(|l| l.blocks() > 1 || (skip && levels.len() == 2)) {
             let next = pairs(last, columns);
@@ -523,8 +620,21 @@ mod tests {
     /// Spans as the decoder makes them: whole blocks of the builder's
     /// width when each is pushed, the last `last_part` of one.
     fn push_all(builder: &mut PyramidBuilder, rows: &[Vec<(f64, f64)>], last_part: f64) -> Vec<Span> {
+        push_expecting(builder, rows, last_part, None)
+    }
+
+    /// [`push_all`], telling the builder of `expectation`.
+    fn push_expecting(
+        builder: &mut PyramidBuilder,
+        rows: &[Vec<(f64, f64)>],
+        last_part: f64,
+        expectation: Option<Expectation>,
+    ) -> Vec<Span> {
         let mut spans = Vec::new();
         for (i, block) in rows.iter().enumerate() {
+            if let Some(e) = expectation.filter(|e| e.at == i) {
+                builder.expect(e.columns, e.rows);
+            }
             let width = builder.block_width();
             let columns = if i + 1 == rows.len() { ((width as f64 * last_part) as u64).max(1) } else { width };
             let mut span = span_of(&[], 0.0, columns);
@@ -545,19 +655,24 @@ mod tests {
         /// The levels made as level 0 grows are the levels merged from it
         /// at the end, cell for cell: with short last blocks, blocks of
         /// different heights, level 0 doubling its blocks and level 1 left
-        /// out (limits small enough to reach).
+        /// out (limits small enough to reach), and when decoding expects a
+        /// length early on (level 0 then doubles to the width that length
+        /// needs at its next even block).
         #[test]
         fn levels_made_while_decoding_are_the_levels_merged_at_the_end(
             rows in proptest::collection::vec(proptest::collection::vec((0.0..=1.0f64, 0.0..=1.0f64), 0..6), 0..70),
             last_part in 0.01..=1.0f64,
             max_level0_cells in 8usize..200,
             skip_second_level_cells in 4usize..200,
+            expected in proptest::option::of((0usize..20, 0u64..400, 0u32..8)),
         ) {
             let limits = Limits { max_level0_cells, skip_second_level_cells };
+            let expectation =
+                expected.map(|(at, blocks, rows)| Expectation { at, columns: blocks << FIRST_SHIFT, rows });
             let mut builder = with_limits(max_level0_cells, skip_second_level_cells);
-            let spans = push_all(&mut builder, &rows, last_part);
+            let spans = push_expecting(&mut builder, &rows, last_part, expectation);
             let columns = spans.iter().map(|s| s.end - s.start).sum();
-            proptest::prop_assert_eq!(builder.finish(columns).levels, reference(&spans, limits));
+            proptest::prop_assert_eq!(builder.finish(columns).levels, reference(&spans, limits, expectation));
         }
     }
 
@@ -609,7 +724,33 @@ mod tests {
         assert!(builder.level0.cells() > 20 && builder.rising[0].keep, "the preview may still move to level 1");
         let columns = spans.iter().map(|s| s.end - s.start).sum();
         let limits = builder.limits;
-        assert_eq!(builder.finish(columns).levels, reference(&spans, limits));
+        assert_eq!(builder.finish(columns).levels, reference(&spans, limits, None));
+    }
+
+    /// Expecting 100 blocks of 3 rows with room for 60 cells, level 0
+    /// takes blocks of 8 (13 blocks, 39 cells; of 4, 75 cells) as soon as
+    /// it has an even number; a second, shorter expectation changes
+    /// nothing (blocks never narrow).
+    #[test]
+    fn an_expected_length_widens_level_0_early() {
+        let mut builder = with_limits(60, usize::MAX);
+        let rows = vec![vec![(1.0, 0.5); 3]; 9];
+        let spans =
+            push_expecting(&mut builder, &rows, 1.0, Some(Expectation { at: 1, columns: 100 << FIRST_SHIFT, rows: 3 }));
+        assert_eq!(builder.level0.shift, FIRST_SHIFT + 3);
+        builder.expect(1, 1);
+        assert_eq!(builder.wanted_shift, FIRST_SHIFT + 3);
+        assert!(
+            builder.level0.cells.capacity() >= 39,
+            "room for 13 blocks of 3 rows, reserved when its level was made"
+        );
+        let columns: u64 = spans.iter().map(|s| s.end - s.start).sum();
+        let pyramid = builder.finish(columns);
+        assert_eq!(pyramid.finest_block(), 8 << FIRST_SHIFT);
+        // Pushed at the builder's width: 1, 1, 2 and 4 first widths (a
+        // doubling after each), then five of 8: 6 blocks of 8.
+        assert_eq!(columns, 48 << FIRST_SHIFT);
+        assert_eq!(pyramid.levels[0].blocks(), 6);
     }
 
     /// Above the threshold, the level of twice level 0's width is left
