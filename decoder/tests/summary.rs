@@ -269,3 +269,44 @@ fn frames_by_binary_search_equal_a_scan() {
         assert_eq!(found, scan, "{from}..{to}");
     }
 }
+
+/// Mean of each channel down pixel column `x`.
+fn column_mean(img: &decoder::raster::Image, x: u32) -> [f64; 3] {
+    let mut m = [0.0; 3];
+    for y in 0..img.height {
+        let px = img.pixel(x, y);
+        for k in 0..3 {
+            m[k] += f64::from(px[k]) / f64::from(img.height);
+        }
+    }
+    m
+}
+
+/// A sweep over more lines than the set holds, with random reads mixed
+/// in: every span sees the whole set turn over, the sweep's lines leave
+/// from one end of the address range and enter at the other. Zoomed out,
+/// the spans and the summary still give every pixel column the colour
+/// the exact picture gives it (they once put the lines that left in the
+/// rows their addresses held at a span's end, crowded, and whole columns
+/// came out 16-19 levels of 255 off with the default settings).
+#[test]
+fn zoomed_out_columns_keep_their_colour_when_the_set_turns_over() {
+    let path = trace(11, 120_000, 2000, 1 << 20);
+    let model = Model::decode(&path, &options(128, 1000), &mut |_| {}).expect("decode");
+    assert_eq!(model.metrics.max_rows, 128);
+    for width in [12u32, 58, 234] {
+        let view = BitmapView { rows: (0.0, 128.0), height: 128, ..whole_trace(&model, width) };
+        let [exact, spans, summary] = three_ways(&model, &view);
+        for (name, img, tolerance) in [("spans", &spans, 0.5), ("summary", &summary, 2.0)] {
+            let mut total = 0.0;
+            for x in 0..width {
+                let (a, b) = (column_mean(&exact, x), column_mean(img, x));
+                let worst = (0..3).map(|k| (a[k] - b[k]).abs()).fold(0.0, f64::max);
+                assert!(worst <= 2.0 * tolerance, "{name} at {width} px: column {x} off by {worst:.2}");
+                total += worst;
+            }
+            let mean = total / f64::from(width);
+            assert!(mean <= tolerance, "{name} at {width} px: columns off by {mean:.2} on average");
+        }
+    }
+}
