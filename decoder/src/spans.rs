@@ -204,9 +204,11 @@ pub struct SpanAccumulator {
     departed_lines: Vec<u64>,
     departed_rows: Vec<usize>,
     present_sums: Vec<LineSums>,
-    /// Sums of the lines that left, by the number of lines present below
-    /// them.
-    gaps: Vec<LineSums>,
+    /// The lines that left (indices into `departed`) grouped by the number
+    /// of lines present below them: group `k` is
+    /// `gap_order[gap_starts[k]..gap_starts[k + 1]]`.
+    gap_starts: Vec<u32>,
+    gap_order: Vec<u32>,
     capacity: Vec<u64>,
     mass: Vec<RowMass>,
     span_start: u64,
@@ -243,7 +245,8 @@ impl SpanAccumulator {
             departed_lines: Vec::new(),
             departed_rows: Vec::new(),
             present_sums: Vec::new(),
-            gaps: Vec::new(),
+            gap_starts: Vec::new(),
+            gap_order: Vec::new(),
             capacity: Vec::new(),
             mass: Vec::new(),
             span_start: column,
@@ -375,15 +378,11 @@ impl SpanAccumulator {
         self.departed_lines.clear();
         self.departed_lines.extend(self.departed.iter().map(|&(line, _)| line));
         count_below(&self.sorted_lines, &self.departed_lines, &mut self.departed_rows);
-        // The lines that left between two lines present go as one: their
-        // order among themselves hardly moves their cells, and summing
-        // them costs less than ordering them.
-        let gaps = &mut self.gaps;
-        gaps.clear();
-        gaps.resize(present.len() + 1, LineSums::default());
-        for (&rank, (_, line_sums)) in self.departed_rows.iter().zip(&self.departed) {
-            gaps[rank.min(present.len())].add(line_sums);
-        }
+        // The lines that left between two lines present go in the order
+        // they left: a sweep's lines leave in address order, oldest
+        // first. (Summed into one, they drew one flat stripe where the
+        // exact picture fades from the oldest line to the newest.)
+        order_by_rank(&self.departed_rows, present.len(), &mut self.gap_starts, &mut self.gap_order);
         // Every line's cells, in that order, fill the rows' cells from the
         // top. The rows' cells and the lines' add up to the same (one cell
         // per line in the set per column), so every line's colour lands
@@ -393,12 +392,13 @@ impl SpanAccumulator {
         // there once per row, not once per cell: zoomed out, whole pixel
         // columns came out a tenth too bright or too dark.)
         let mut fill = RowFill::new(&mut mass, capacity);
-        for (gap, &(_, slot)) in gaps.iter().zip(&present) {
-            fill.add(gap);
-            fill.add(&sums[slot as usize]);
-        }
-        if let Some(last) = gaps.last() {
-            fill.add(last);
+        for k in 0..=present.len() {
+            for &d in &self.gap_order[self.gap_starts[k] as usize..self.gap_starts[k + 1] as usize] {
+                fill.add(&self.departed[d as usize].1);
+            }
+            if let Some(&(_, slot)) = present.get(k) {
+                fill.add(&sums[slot as usize]);
+            }
         }
         self.departed.clear();
         let max_age = f64::from(self.config.max_age.max(1));
@@ -549,6 +549,30 @@ impl<'a> RowFill<'a> {
                 self.next_row();
             }
         }
+    }
+}
+
+/// Indices of `ranks` grouped by rank (`0..=max_rank`, larger ones
+/// counted as `max_rank`), in their order within a group, into `order`;
+/// group `k` is `order[starts[k]..starts[k + 1]]`. A counting sort: O(n +
+/// ranks).
+fn order_by_rank(ranks: &[usize], max_rank: usize, starts: &mut Vec<u32>, order: &mut Vec<u32>) {
+    starts.clear();
+    starts.resize(max_rank + 2, 0);
+    for &r in ranks {
+        starts[r.min(max_rank)] += 1;
+    }
+    // Each group's end, then (placing from the back, which keeps each
+    // group's order) its start.
+    for k in 1..starts.len() {
+        starts[k] += starts[k - 1];
+    }
+    order.clear();
+    order.resize(ranks.len(), 0);
+    for (i, &r) in ranks.iter().enumerate().rev() {
+        let end = &mut starts[r.min(max_rank)];
+        *end -= 1;
+        order[*end as usize] = i as u32;
     }
 }
 
@@ -754,6 +778,18 @@ mod tests {
         let span = acc.close_span(&mut set);
         assert_eq!(span.rows[0].means.tint, 0.0, "row 0: line A, outside");
         assert_eq!(span.rows[1].means.tint, 1.0, "row 1: line B, inside");
+    }
+
+    /// Grouped by rank, each group in its first order; ranks past the
+    /// last group count in it.
+    #[test]
+    fn grouping_by_rank_keeps_the_order_within_a_group() {
+        let (mut starts, mut order) = (Vec::new(), Vec::new());
+        order_by_rank(&[2, 0, 2, 1, 0, 9, 2], 2, &mut starts, &mut order);
+        assert_eq!(starts, vec![0, 2, 3, 7]);
+        assert_eq!(order, vec![1, 4, 3, 0, 2, 5, 6]);
+        order_by_rank(&[], 3, &mut starts, &mut order);
+        assert_eq!((starts, order), (vec![0; 5], vec![]));
     }
 
     #[test]
