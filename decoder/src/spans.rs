@@ -501,7 +501,9 @@ impl<'a> RowFill<'a> {
     fn add(&mut self, sums: &LineSums) {
         let cells = u64::from(sums.columns);
         if cells <= self.room {
-            self.mass[self.row].whole.add(sums);
+            // No row at all only for a span without a line: nothing to add.
+            let Some(m) = self.mass.get_mut(self.row) else { return };
+            m.whole.add(sums);
             self.room -= cells;
             if self.room == 0 {
                 self.next_row();
@@ -778,6 +780,25 @@ mod tests {
         let span = acc.close_span(&mut set);
         assert_eq!(span.rows[0].means.tint, 0.0, "row 0: line A, outside");
         assert_eq!(span.rows[1].means.tint, 1.0, "row 1: line B, inside");
+    }
+
+    /// A span of no columns, with lines in the set or without, has rows
+    /// of nothing (and closing it does not fail).
+    #[test]
+    fn a_span_of_no_columns_is_empty() {
+        let config = WorkingSetConfig { line_size: 64, max_age: 4, max_rows: 16 };
+        let mut set = FastWorkingSet::new(config);
+        let mut acc = SpanAccumulator::new(&mut set, 0, |_, _| false);
+        assert!(acc.close_span(&mut set).rows.is_empty());
+        for (column, addr) in [0u64, 640, 1280].into_iter().enumerate() {
+            acc.begin_column(column as u64);
+            set.read(addr, 8, &mut acc.observer(|_, _| false));
+            acc.end_column(&set);
+        }
+        assert_eq!(acc.close_span(&mut set).rows.len(), 3);
+        let again = acc.close_span(&mut set);
+        assert_eq!(again.rows.len(), 3, "the lines present");
+        assert!(again.rows.iter().all(|r| r.occupancy == 0.0));
     }
 
     /// Grouped by rank, each group in its first order; ranks past the
