@@ -522,7 +522,7 @@ fn working_set_stage(config: WorkingSetConfig, receiver: Receiver<Batch>, previe
                     live.0.remove(&start);
                 }
                 SetOp::Snapshot => snapshot_sets.push((set.clock(), set.snapshot())),
-                SetOp::ExpectColumns { columns } => pyramid.expect(columns, max_rows.max(set.len() as u32)),
+                SetOp::ExpectColumns { columns } => pyramid.expect(columns, max_rows),
                 SetOp::ThinSnapshots => {
                     let mut i = 0;
                     snapshot_sets.retain(|_| {

@@ -145,6 +145,21 @@ fn expected_cells(columns: u64, rows: u32, shift: u32) -> u64 {
     columns.div_ceil(1 << shift).saturating_mul(u64::from(rows.max(1)))
 }
 
+/// Reserves the room `level` is expected to need for `columns` columns of
+/// `rows` rows, if its blocks are at least as wide as level 0's are to be
+/// (`2^wanted_shift`; finer ones are on their way out). A little more than
+/// expected: an estimate a little short would double the room. At most
+/// what the level can hold: level 0's limit and a block, halved for each
+/// doubling of the width.
+fn reserve_expected(level: &mut Level, (columns, rows): (u64, u32), wanted_shift: u32, max_level0_cells: usize) {
+    let Some(doublings) = level.shift.checked_sub(wanted_shift) else { return };
+    let most = (max_level0_cells as u64 >> doublings.min(63)) + u64::from(rows);
+    let cells = expected_cells(columns, rows, level.shift).saturating_mul(21) / 20;
+    let room = cells.min(most) as usize;
+    // Only a hint: without the memory, the level grows as it goes.
+    let _ = level.cells.try_reserve_exact(room.saturating_sub(level.cells.len()));
+}
+
 /// The summary: level 0 finest.
 #[derive(Clone, Debug, Default)]
 pub struct BitmapPyramid {
@@ -390,7 +405,11 @@ impl PyramidBuilder {
         }
         self.wanted_shift = shift;
         self.expected = Some((columns, rows));
-        self.reserve_expected(0);
+        let levels =
+            std::iter::once(&mut self.level0).chain(self.rising.iter_mut().filter(|r| r.keep).map(|r| &mut r.level));
+        for level in levels {
+            reserve_expected(level, (columns, rows), shift, self.limits.max_level0_cells);
+        }
     }
 
     /// Whether level 0 is expected to outgrow [`SKIP_SECOND_LEVEL_CELLS`].
@@ -398,26 +417,6 @@ impl PyramidBuilder {
         self.expected.is_some_and(|(columns, rows)| {
             expected_cells(columns, rows, self.wanted_shift) > self.limits.skip_second_level_cells as u64
         })
-    }
-
-    /// Reserves the expected room of the kept levels from `rising[from]`
-    /// up, of blocks at least as wide as level 0 is expected to have (the
-    /// finer ones are on their way out). A little more than expected: an
-    /// estimate a little short would double the room.
-    fn reserve_expected(&mut self, from: usize) {
-        let Some((columns, rows)) = self.expected else { return };
-        // Level 0 never holds more than its limit and one block.
-        let most = self.limits.max_level0_cells as u64 + u64::from(rows);
-        let wanted = self.wanted_shift;
-        let levels = std::iter::once(&mut self.level0)
-            .filter(|_| from == 0)
-            .chain(self.rising.iter_mut().skip(from.saturating_sub(1)).filter(|r| r.keep).map(|r| &mut r.level));
-        for level in levels.filter(|l| l.shift >= wanted) {
-            let cells = expected_cells(columns, rows, level.shift).saturating_mul(21) / 20;
-            let room = cells.min(most) as usize;
-            // Only a hint: without the memory, the level grows as it goes.
-            let _ = level.cells.try_reserve_exact(room.saturating_sub(level.cells.len()));
-        }
     }
 
     /// Adds the span of the next block (the last may be shorter); its
@@ -443,8 +442,11 @@ impl PyramidBuilder {
     fn made(&mut self, mut k: usize, mut width: f64) {
         loop {
             if self.rising.len() == k {
-                self.rising.push(RisingLevel::new(self.level0.shift + k as u32 + 1));
-                self.reserve_expected(k + 1);
+                let mut level = RisingLevel::new(self.level0.shift + k as u32 + 1);
+                if let Some(expected) = self.expected {
+                    reserve_expected(&mut level.level, expected, self.wanted_shift, self.limits.max_level0_cells);
+                }
+                self.rising.push(level);
             }
             let (below, above) = self.rising.split_at_mut(k);
             let (block, made) = match below.last() {

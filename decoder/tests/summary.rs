@@ -204,16 +204,6 @@ fn zoomed_out_pictures_agree_with_the_exact_one() {
     let model = Model::decode(&path, &options(64, 1000), &mut |_| {}).expect("decode");
     let view = whole_trace(&model, 12);
     let [exact, spans, summary] = three_ways(&model, &view);
-    let column_mean = |img: &decoder::raster::Image, x: u32| -> [f64; 3] {
-        let mut m = [0.0; 3];
-        for y in 0..img.height {
-            let px = img.pixel(x, y);
-            for k in 0..3 {
-                m[k] += f64::from(px[k]) / f64::from(img.height);
-            }
-        }
-        m
-    };
     for (name, img) in [("spans", &spans), ("summary", &summary)] {
         for x in 0..view.width {
             let (a, b) = (column_mean(&exact, x), column_mean(img, x));
