@@ -9,6 +9,12 @@
 //! reads per second (one core) and the RSS ratio 100M : 10M, which should
 //! stay near 1: decoding memory must not grow with the trace length.
 //! `LINETRACE_BENCH_READS=a,b` changes the sizes.
+//!
+//! `cargo bench --bench decode -- --draw TRACE COLUMNS_PER_PIXEL PICTURES`
+//! decodes TRACE once, then draws PICTURES bitmaps 1920x1080 pixels wide at
+//! that scale, spread over the trace, and prints each one's milliseconds:
+//! below the summary's scale, a picture is a replay summed into one span a
+//! pixel, the work a zoom step waits for in the viewer.
 
 #![allow(missing_docs)]
 
@@ -29,8 +35,37 @@ fn decode_child(path: &Path) {
     println!("{secs} {} {}", model.total.reads, peak_rss_kib());
 }
 
+/// Draw mode: decode `path`, then time `pictures` bitmaps at
+/// `per_pixel` columns a pixel, spread evenly over the trace.
+fn draw(path: &Path, per_pixel: f64, pictures: usize) {
+    use decoder::raster::{BitmapView, ColourBy, Palette, rasterize_bitmap};
+    let model = Model::decode(path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let (width, height) = (1920u32, 1080u32);
+    let wide = per_pixel * f64::from(width);
+    let rows = f64::from(model.working_set.config.max_rows);
+    for i in 0..pictures {
+        let start = (model.columns as f64 - wide).max(0.0) * i as f64 / pictures.max(1) as f64;
+        let view = BitmapView {
+            columns: (start, start + wide),
+            rows: (0.0, rows),
+            width,
+            height,
+            alpha: 1.0,
+            colour_by: ColourBy::BytesRead,
+        };
+        let t = Instant::now();
+        rasterize_bitmap(&model, &view, &Palette::default()).expect("draw");
+        println!("draw {per_pixel} columns/pixel from column {start:.0}: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--draw") {
+        let arg = |k: usize| args.get(i + k).expect("--draw TRACE COLUMNS_PER_PIXEL PICTURES");
+        draw(Path::new(arg(1)), arg(2).parse().expect("columns per pixel"), arg(3).parse().expect("pictures"));
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--write-only") {
         write_trace(Path::new(&args[i + 1]), args[i + 2].parse().expect("reads"), Pattern::Sweep);
         return;
