@@ -16,7 +16,6 @@
 //!   either ruler and its linked counterpart.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bevy::prelude::*;
@@ -117,11 +116,10 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Starts decoding both traces.
-    pub fn open(options: &ViewerOptions, b: PathBuf) -> Comparison {
-        let open = |path: PathBuf| Session::open(path, options.decode, options.symbol_paths.clone());
+    /// The comparison of traces A and B (decoding or decoded).
+    pub fn open(options: &ViewerOptions, [a, b]: [Session; 2]) -> Comparison {
         Comparison {
-            panes: [Pane::new(Side::A, open(options.trace.clone())), Pane::new(Side::B, open(b))],
+            panes: [Pane::new(Side::A, a), Pane::new(Side::B, b)],
             metric: Some(DeltaMetric::Reads),
             linked: true,
             selection: None,
@@ -209,13 +207,14 @@ impl Comparison {
 pub struct ComparePlugin {
     /// How it was opened (`options.compare` is trace B).
     pub options: ViewerOptions,
-    /// Trace B.
-    pub b: PathBuf,
+    /// Traces A and B, decoding.
+    pub sessions: [crate::session::Opened; 2],
 }
 
 impl Plugin for ComparePlugin {
     fn build(&self, app: &mut App) {
-        app.insert_resource(Comparison::open(&self.options, self.b.clone()))
+        let [a, b] = &self.sessions;
+        app.insert_resource(Comparison::open(&self.options, [a.take(), b.take()]))
             .init_resource::<UiReport>()
             .add_systems(Update, poll_panes)
             .add_systems(bevy_egui::EguiPrimaryContextPass, compare_ui);
@@ -732,7 +731,7 @@ fn frame_lines(
 /// The statistics panel; true once its tables are shown.
 fn stats_panel(ui: &mut egui::Ui, c: &mut Comparison) -> bool {
     let Some([a, b]) = c.loaded() else {
-        ui.spinner();
+        crate::paint::working(ui);
         return false;
     };
     let selection = c.selection;
@@ -773,7 +772,7 @@ fn stats_panel(ui: &mut egui::Ui, c: &mut Comparison) -> bool {
     });
     c.stats.poll();
     let Some(s) = c.stats.result_for(&key) else {
-        ui.spinner();
+        crate::paint::working(ui);
         return false;
     };
     egui::Grid::new("compare-metrics").striped(true).show(ui, |ui| {

@@ -146,13 +146,15 @@ impl DrawnHeap {
 pub struct HeapPlugin {
     /// How it was opened.
     pub options: ViewerOptions,
+    /// The trace, decoding.
+    pub session: crate::session::Opened,
 }
 
 impl Plugin for HeapPlugin {
     fn build(&self, app: &mut App) {
         let o = &self.options;
         app.insert_resource(HeapMode {
-            session: Session::open(o.trace.clone(), o.decode, o.symbol_paths.clone()),
+            session: self.session.take(),
             view: Viewport::default(),
             clock: Clock::Events,
             axis: None,
@@ -259,7 +261,7 @@ fn heap_ui(
                     }
                 }
                 None => {
-                    ui.spinner();
+                    crate::paint::working(ui);
                 }
             }
         });
@@ -437,14 +439,14 @@ fn side_panel(ui: &mut egui::Ui, m: &mut HeapMode, report: &mut UiReport) -> boo
             match m.window_analysis.latest().filter(|_| key == m.selection) {
                 Some((_, h)) => h.clone(),
                 None => {
-                    ui.spinner();
+                    crate::paint::working(ui);
                     return false;
                 }
             }
         }
         None => {
             let Some((_, h)) = m.analysis.latest() else {
-                ui.spinner();
+                crate::paint::working(ui);
                 return false;
             };
             ui.heading("Heap");

@@ -170,7 +170,13 @@ pub fn check_window() -> Result<(), ViewerError> {
 /// Opens the window (or draws offscreen with a screenshot request) and
 /// runs until it is closed.
 pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
+    let launched = std::time::Instant::now();
     check_window()?;
+    // Decoding starts before the app is built: it needs no window, and it
+    // is what the first picture waits for (see `session::Opened`).
+    let open = |path: &PathBuf| session::Opened::start(path.clone(), options.decode, options.symbol_paths.clone());
+    let trace = open(&options.trace);
+    let compared = options.compare.as_ref().map(open);
     let failure = Arc::new(std::sync::Mutex::new(None::<String>));
     let mut app = App::new();
     let title = match &options.compare {
@@ -203,10 +209,10 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     )
     .add_plugins((EguiPlugin::default(), egui_shader::EguiShaderPlugin))
     .add_systems(Startup, spawn_camera);
-    match options.compare.clone() {
-        Some(b) => app.add_plugins(compare::ComparePlugin { options: options.clone(), b }),
-        None if options.allocations => app.add_plugins(heap::HeapPlugin { options: options.clone() }),
-        None => app.add_plugins(ViewerPlugin { options: options.clone() }),
+    match compared {
+        Some(b) => app.add_plugins(compare::ComparePlugin { options: options.clone(), sessions: [trace, b] }),
+        None if options.allocations => app.add_plugins(heap::HeapPlugin { options: options.clone(), session: trace }),
+        None => app.add_plugins(ViewerPlugin { options: options.clone(), session: trace }),
     };
     // Headless runs draw continuously once the trace is in (a screenshot
     // waits on frames for the pipelines to compile); while it is decoding
@@ -218,7 +224,7 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
         app.add_plugins(HeadlessPlugin { request, failure: failure.clone() });
     }
     if let Some(out) = options.bench.clone() {
-        app.add_plugins(bench::BenchPlugin { out, failure: failure.clone() });
+        app.add_plugins(bench::BenchPlugin { out, launched, failure: failure.clone() });
     }
     // Last, so that it sees every schedule the other plugins made.
     app.add_plugins(SystemsOnTheFrameThread);
@@ -262,6 +268,8 @@ impl Plugin for SystemsOnTheFrameThread {
 pub struct ViewerPlugin {
     /// How it was opened.
     pub options: ViewerOptions,
+    /// The trace, decoding.
+    pub session: session::Opened,
 }
 
 /// Where the trace view applies the frame's [`ViewCommand`]s: systems that
@@ -276,7 +284,7 @@ struct StartView(Option<(u64, u64)>);
 impl Plugin for ViewerPlugin {
     fn build(&self, app: &mut App) {
         let o = &self.options;
-        let session = Session::open(o.trace.clone(), o.decode, o.symbol_paths.clone());
+        let session = self.session.take();
         let mut ui = UiState::default();
         if let Some(r) = &o.screenshot {
             ui.forced_hover = r.hover;
