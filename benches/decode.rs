@@ -11,10 +11,12 @@
 //! `LINETRACE_BENCH_READS=a,b` changes the sizes.
 //!
 //! `cargo bench --bench decode -- --draw TRACE COLUMNS_PER_PIXEL PICTURES`
-//! decodes TRACE once, then draws PICTURES bitmaps 1920x1080 pixels wide at
-//! that scale, spread over the trace, and prints each one's milliseconds:
-//! below the summary's scale, a picture is a replay summed into one span a
-//! pixel, the work a zoom step waits for in the viewer.
+//! decodes TRACE once, then draws PICTURES 1920x1080 bitmaps at that scale,
+//! spread over the trace, and prints each one's milliseconds: the work a
+//! zoom step waits for in the viewer (below the summary's scale, a replay
+//! summed into one span a pixel). `cargo bench --bench view --
+//! --write-only PATH READS` writes the miss-heavy trace the view bench
+//! uses.
 
 #![allow(missing_docs)]
 

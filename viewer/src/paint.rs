@@ -65,6 +65,17 @@ pub fn column_at(view: &Viewport, x: f32, rect: egui::Rect) -> f64 {
     view.column_at(f64::from((x - rect.left()) / rect.width()))
 }
 
+/// What a panel shows while its content is being worked out. Still text,
+/// not egui's spinner: a spinner asks for the next frame as it draws, so
+/// the window drew continuously while a trace decoded or a job ran,
+/// whatever [`crate::pacing`] set (the allocations view, whose side panel
+/// waits for its analysis: a frame every 60-100 ms while it drew its first
+/// picture, each ~45 ms of lavapipe's CPU; 80-200 ms apart without). The
+/// window draws again when the work ends ([`crate::jobs`] wakes it).
+pub fn working(ui: &mut egui::Ui) {
+    ui.label(egui::RichText::new("working…").weak());
+}
+
 /// Text in the middle of `rect` (no trace yet, nothing to draw).
 pub fn centred_message(painter: &egui::Painter, rect: egui::Rect, text: impl ToString, size: f32) {
     // Wrapped to the rectangle: a long message in a small view stays

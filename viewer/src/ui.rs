@@ -624,7 +624,7 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
     };
     ui.label(egui::RichText::new("drag on the ruler to select a range").small());
     let Some((_, s)) = work.stats.latest().filter(|(k, _)| k.1 == range) else {
-        ui.spinner();
+        crate::paint::working(ui);
         return;
     };
     if let Some(r) = &s.range {
@@ -681,7 +681,7 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
 
 fn source_view(ui: &mut egui::Ui, state: &mut UiState, work: &Work) {
     let Some((_, src)) = work.source.latest() else {
-        ui.spinner();
+        crate::paint::working(ui);
         return;
     };
     if source_text(ui, src) {
