@@ -3,7 +3,8 @@
 //! (`LINETRACE_BENCH_READS=a,b` changes the sizes), opened headless (Xvfb
 //! and lavapipe) in a 1920x1080 window by `linetrace view --bench-json`,
 //! which scripts the session and reports:
-//! - time to the first picture (the preview while decoding), goal < 1 s;
+//! - time to the first picture (the preview while decoding), goal < 1 s,
+//!   counted from the viewer's launch (`viewer::run`, before Bevy starts);
 //! - time to the decoded trace, goal < 6 s on 2 cores;
 //! - per frame while panning, p50 and p99 of the update's wall time and
 //!   of the UI pass's thread CPU time, goal p99 < 16 ms;

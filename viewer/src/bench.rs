@@ -23,9 +23,10 @@ const ZOOM_TIMEOUT: Duration = Duration::from_secs(20);
 /// What the run measured.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct BenchReport {
-    /// From start to the first picture on screen (preview or final).
+    /// From the viewer's launch ([`crate::run`] called) to the first
+    /// picture on screen (preview or final).
     pub first_picture_ms: f64,
-    /// From start to the decoded trace.
+    /// From the viewer's launch to the decoded trace.
     pub decoded_ms: f64,
     /// Wall time of each frame's update (input, jobs, UI; not the GPU
     /// work) while panning, milliseconds. Background work competes for
