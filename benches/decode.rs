@@ -44,7 +44,8 @@ fn draw(path: &Path, per_pixel: f64, pictures: usize) {
     let model = Model::decode(path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
     let (width, height) = (1920u32, 1080u32);
     let wide = per_pixel * f64::from(width);
-    let rows = f64::from(model.working_set.config.max_rows);
+    // All the rows the set reached, as the viewer shows them at first.
+    let rows = f64::from(model.metrics.max_rows.max(1));
     for i in 0..pictures {
         let start = (model.columns as f64 - wide).max(0.0) * i as f64 / pictures.max(1) as f64;
         let view = BitmapView {

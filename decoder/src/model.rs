@@ -21,9 +21,10 @@
 //!   columns. Nothing of size columns x rows is ever materialised.
 //! - **bitmap summary** ([`BitmapPyramid`]): the bitmap summed over blocks
 //!   of `2^k` columns at every k from the finest (`2^9` columns, coarser
-//!   for long traces: [`crate::pyramid::FIRST_SHIFT`]) up ([`crate::spans`]
-//!   says what is summed and what is approximate). A zoomed-out view is drawn from it in O(pixels x rows)
-//!   time; zoomed-in views replay exactly.
+//!   for long traces: [`crate::pyramid::FIRST_SHIFT`]) up
+//!   ([`crate::spans`] says what is summed and what is approximate). A
+//!   zoomed-out view is drawn from it in O(pixels x rows) time; zoomed-in
+//!   views replay exactly.
 //! - **allocations** ([`AllocationRecord`]): blocks with address range and
 //!   lifetime in columns, and the reads/writes that fell into each, with an
 //!   [`AllocationIndex`] for "which block holds address A at column c".
@@ -66,7 +67,10 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// 5: moves of the program break; custom allocators' blocks
 /// ([`AllocationRecord::allocator`], [`Model::allocator_names`]).
 /// 6: one thread's timeline ([`Model::timeline`], [`Model::census`]).
-pub const MODEL_VERSION: u32 = 6;
+/// 7: the summary's rows hold each row's own cells (lines that left
+/// during a block fill rows in address order, split where they straddle
+/// two), and its finest blocks start at `2^9` columns.
+pub const MODEL_VERSION: u32 = 7;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.

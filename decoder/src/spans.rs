@@ -490,8 +490,8 @@ struct RowFill<'a> {
     rows: &'a mut Vec<RowTotals>,
     capacity: &'a [u64],
     row: usize,
-    /// The cell the current row ends at (the lines' cells so far stay
-    /// below it, but in the last row).
+    /// The cell the current row ends at (the lines' cells so far reach
+    /// at most to it, but in the last row).
     boundary: u64,
     /// Whether the current row is the last (it keeps whatever comes past
     /// its room: only if the counts disagreed, which they should not).
