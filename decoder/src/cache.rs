@@ -554,13 +554,7 @@ mod tests {
             CacheGeometry { size: 4096, ways: 8, line_size: 32 },
             CacheGeometry { size: 256, ways: 4, line_size: 64 },
         ];
-        let mut seed = 0x1234_5678_9abc_def1u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x1234_5678_9abc_def1u64);
         for g in geometries {
             g.validate().expect("valid");
             let mut fast = CacheLevel::new(g);

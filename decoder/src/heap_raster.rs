@@ -638,13 +638,7 @@ mod tests {
     /// block covers (a faster drawing must keep to this).
     #[test]
     fn painted_blocks_match_the_formula_pixel_by_pixel() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let events = 2000;
         let records: Vec<AllocationRecord> = (0..300)
             .map(|_| {

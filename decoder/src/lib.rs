@@ -52,4 +52,16 @@ pub mod timeline;
 pub mod totals;
 pub mod working_set;
 
+/// A xorshift64 generator for property tests: the same numbers from the
+/// same (non-zero) seed on every run.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 pub use error::DecodeError;
