@@ -564,7 +564,7 @@ mod tests {
                 // Mostly a small region (hits and conflicts), some far
                 // away, sizes that straddle lines and some that span many.
                 let r = next();
-                let addr = if r % 7 == 0 { 0x10_0000 + (r >> 8) % 65536 } else { 0x4000 + (r >> 8) % 3000 };
+                let addr = if r.is_multiple_of(7) { 0x10_0000 + (r >> 8) % 65536 } else { 0x4000 + (r >> 8) % 3000 };
                 let size = match r % 11 {
                     0 => 200,
                     1 => 16,

@@ -36,7 +36,7 @@ use crate::lines::LineSize;
 use crate::model::{
     Access, DecodeOptions, MAX_SNAPSHOTS, Metrics, Model, SiteCounts, Snapshot, WorkingSetIndex, access_of,
 };
-use crate::pyramid::{BitmapPyramid, Preview, PyramidBuilder};
+use crate::pyramid::{BitmapPyramid, HeapSoFar, Preview, PyramidBuilder};
 use crate::reuse::ReuseQueue;
 use crate::spans::SpanAccumulator;
 use crate::timeline::on_timeline;
@@ -82,6 +82,7 @@ pub(crate) fn decode(
         timeline,
         StageSender { senders: [set_sender, cache_sender], batch: Vec::with_capacity(BATCH) },
         total_bytes,
+        preview.clone(),
     );
     let mut report = |done: u64| {
         if let Some(p) = &preview {
@@ -623,10 +624,57 @@ struct EventStage {
     expected: bool,
     /// Lowest and highest stack pointer seen, per thread.
     stacks: BTreeMap<u32, (u64, u64)>,
+    /// Copies of the records for a viewer's picture while decoding.
+    heap_preview: Option<HeapPreviewSchedule>,
+}
+
+/// When the event stage copies its allocation records into the preview,
+/// if the viewer wants them ([`Preview::want_heap`]): the first copy
+/// [`FIRST_HEAP_PREVIEW`] into decoding, each next one when the time since
+/// the start has grown fourfold, so the copies cost a fraction of the
+/// decoding; none of more than [`MAX_HEAP_PREVIEW_RECORDS`] records.
+struct HeapPreviewSchedule {
+    preview: Arc<Preview>,
+    started: std::time::Instant,
+    next: std::time::Duration,
+    serial: u32,
+}
+
+/// The first copy of the records so far: a picture of them can be on
+/// screen well within a second of opening a trace.
+const FIRST_HEAP_PREVIEW: std::time::Duration = std::time::Duration::from_millis(200);
+/// Most records copied for a preview (a record is ~180 bytes).
+const MAX_HEAP_PREVIEW_RECORDS: usize = 1 << 20;
+
+impl HeapPreviewSchedule {
+    fn new(preview: Arc<Preview>) -> Self {
+        HeapPreviewSchedule { preview, started: std::time::Instant::now(), next: FIRST_HEAP_PREVIEW, serial: 0 }
+    }
+
+    /// Copies `records` (of `events` allocation events) into the preview
+    /// if it is time.
+    fn maybe_show(&mut self, records: &[AllocationRecord], events: u64) {
+        if records.is_empty() || records.len() > MAX_HEAP_PREVIEW_RECORDS || !self.preview.wants_heap() {
+            return;
+        }
+        let now = self.started.elapsed();
+        if now < self.next {
+            return;
+        }
+        self.next = now * 4;
+        self.serial += 1;
+        self.preview.show_heap(HeapSoFar { records: records.into(), events, serial: self.serial });
+    }
 }
 
 impl EventStage {
-    fn new(options: DecodeOptions, timeline: Option<u32>, stages: StageSender, file_bytes: u64) -> Self {
+    fn new(
+        options: DecodeOptions,
+        timeline: Option<u32>,
+        stages: StageSender,
+        file_bytes: u64,
+        preview: Option<Arc<Preview>>,
+    ) -> Self {
         EventStage {
             timeline,
             column: 0,
@@ -653,6 +701,7 @@ impl EventStage {
             file_bytes,
             expected: false,
             stacks: BTreeMap::new(),
+            heap_preview: preview.map(HeapPreviewSchedule::new),
         }
     }
 
@@ -680,6 +729,9 @@ impl EventStage {
                 self.chunk_serial = reader.chunk_serial();
                 self.maybe_snapshot(reader.chunk_position());
                 self.maybe_expect(reader.bytes_read());
+                if let Some(schedule) = &mut self.heap_preview {
+                    schedule.maybe_show(&self.allocations, self.alloc_events);
+                }
                 progress(reader.bytes_read());
             }
             let thread = rec.thread;
@@ -1000,5 +1052,57 @@ impl EventStage {
             self.allocations[old].free_column = Some(self.column);
             self.allocations[old].free_event = Some(event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trace_rt::format::AllocKind;
+
+    fn records(n: u64) -> Vec<AllocationRecord> {
+        (0..n).map(|i| AllocationRecord::test_block(AllocKind::Malloc, 0x1000 + 64 * i, 32, i, None)).collect()
+    }
+
+    /// A schedule that started `ago` in the past.
+    fn schedule(preview: &Arc<Preview>, ago: std::time::Duration) -> HeapPreviewSchedule {
+        let mut schedule = HeapPreviewSchedule::new(preview.clone());
+        schedule.started -= ago;
+        schedule
+    }
+
+    #[test]
+    fn heap_copies_come_when_wanted_and_due_then_at_four_times_the_time() {
+        let preview = Arc::new(Preview::default());
+        let mut s = schedule(&preview, std::time::Duration::from_millis(300));
+        s.maybe_show(&records(5), 5);
+        assert!(preview.heap().is_none(), "not wanted: no copy");
+        preview.want_heap();
+        s.maybe_show(&records(6), 6);
+        let first = preview.heap().expect("wanted and due");
+        assert_eq!((first.serial, first.events, first.records.len()), (1, 6, 6));
+        assert_eq!(&first.records[..], &records(6)[..]);
+        // The next one is due at four times the time since the start.
+        s.maybe_show(&records(7), 7);
+        assert_eq!(preview.heap().map(|h| h.serial), Some(1), "not due yet");
+        s.started -= s.next;
+        s.maybe_show(&records(8), 8);
+        let second = preview.heap().expect("a copy");
+        assert_eq!((second.serial, second.events), (2, 8));
+    }
+
+    #[test]
+    fn no_heap_copy_before_it_is_due_nor_of_too_many_records() {
+        let preview = Arc::new(Preview::default());
+        preview.want_heap();
+        let mut early = schedule(&preview, std::time::Duration::ZERO);
+        early.maybe_show(&records(3), 3);
+        assert!(preview.heap().is_none(), "before FIRST_HEAP_PREVIEW");
+        let mut late = schedule(&preview, FIRST_HEAP_PREVIEW * 2);
+        late.maybe_show(&[], 0);
+        assert!(preview.heap().is_none(), "nothing to show");
+        let many = vec![records(1)[0].clone(); MAX_HEAP_PREVIEW_RECORDS + 1];
+        late.maybe_show(&many, 1);
+        assert!(preview.heap().is_none(), "too many to copy");
     }
 }

@@ -643,7 +643,7 @@ mod tests {
         let records: Vec<AllocationRecord> = (0..300)
             .map(|_| {
                 let alloc = next() % events;
-                let free = (next() % 3 != 0).then(|| alloc + 1 + next() % 40);
+                let free = (!next().is_multiple_of(3)).then(|| alloc + 1 + next() % 40);
                 let size = [16, 48, 200, 3000][(next() % 4) as usize];
                 block(0x10_0000 + (next() % 0x4000) * 16, size, alloc, free)
             })

@@ -272,7 +272,9 @@ impl Model {
     }
 
     /// Like [`Model::decode`], showing the bitmap summary in `preview` as
-    /// decoding goes (for a picture before the trace is decoded).
+    /// decoding goes (for a picture before the trace is decoded), and
+    /// copies of the allocation records so far if it asks for them
+    /// ([`crate::pyramid::Preview::want_heap`]).
     pub fn decode_with_preview(
         path: &Path,
         options: &DecodeOptions,

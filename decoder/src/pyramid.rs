@@ -194,9 +194,26 @@ impl BitmapPyramid {
 /// with the decoding thread. At most one more than [`PREVIEW_BLOCKS`] of
 /// them: past that, the preview moves to the level above (a preview
 /// picture is a window wide), so it never holds a second copy of level 0.
+///
+/// And, once asked for ([`Preview::want_heap`]), copies of the heap
+/// blocks decoded so far now and then ([`HeapSoFar`]).
 #[derive(Debug, Default)]
 pub struct Preview {
     inner: std::sync::Mutex<PreviewState>,
+    wants_heap: std::sync::atomic::AtomicBool,
+    heap: std::sync::Mutex<Option<HeapSoFar>>,
+}
+
+/// The allocation records decoded so far, for the allocations view's
+/// picture before the trace is decoded.
+#[derive(Clone, Debug)]
+pub struct HeapSoFar {
+    /// The records, as they were then: blocks freed later are still live.
+    pub records: std::sync::Arc<[crate::allocations::AllocationRecord]>,
+    /// Allocation events so far: the length of their time axis.
+    pub events: u64,
+    /// Which copy this is (1, 2, ...): each replaces the one before.
+    pub serial: u32,
 }
 
 /// Most blocks a [`Preview`] keeps.
@@ -234,6 +251,25 @@ impl Preview {
     pub fn columns(&self) -> u64 {
         let state = self.lock();
         state.blocks.len() as u64 * state.block_width
+    }
+
+    /// Asks the decoder for copies of the heap blocks so far (they cost a
+    /// copy of the records each: a view that draws no heap does not ask).
+    pub fn want_heap(&self) {
+        self.wants_heap.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub(crate) fn wants_heap(&self) -> bool {
+        self.wants_heap.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The latest copy of the heap blocks so far, if one was made.
+    pub fn heap(&self) -> Option<HeapSoFar> {
+        self.heap.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn show_heap(&self, heap: HeapSoFar) {
+        *self.heap.lock().unwrap_or_else(|e| e.into_inner()) = Some(heap);
     }
 
     pub(crate) fn set_bytes(&self, done: u64, total: u64) {

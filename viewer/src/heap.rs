@@ -116,6 +116,10 @@ pub struct HeapMode {
     open_hovered_source: bool,
     /// A message for the status line (a linked view that could not open).
     notice: Option<String>,
+    /// While decoding: the picture of the heap blocks so far, by the
+    /// serial of their copy ([`decoder::pyramid::HeapSoFar`]) and size.
+    preview_picture: Job<(u32, (u32, u32)), Arc<DrawnHeap>>,
+    preview_texture: Option<(egui::TextureHandle, u32)>,
 }
 
 /// Heap pictures (one, or one per size class) and their pixels as an
@@ -154,7 +158,11 @@ impl Plugin for HeapPlugin {
     fn build(&self, app: &mut App) {
         let o = &self.options;
         app.insert_resource(HeapMode {
-            session: self.session.take(),
+            session: {
+                let mut session = self.session.take();
+                session.want_heap_preview();
+                session
+            },
             view: Viewport::default(),
             clock: Clock::Events,
             axis: None,
@@ -182,6 +190,8 @@ impl Plugin for HeapPlugin {
             source_text: Job::default(),
             open_hovered_source: o.screenshot.as_ref().is_some_and(|s| s.open_source),
             notice: None,
+            preview_picture: Job::picture(),
+            preview_texture: None,
         })
         .init_resource::<UiReport>()
         .add_message::<ViewCommand>()
@@ -224,6 +234,7 @@ fn heap_ui(
     m.analysis.poll();
     m.window_analysis.poll();
     m.source_text.poll();
+    m.preview_picture.poll();
     *report = UiReport { loaded: m.session.loaded.is_some(), ..UiReport::default() };
     let loaded = m.session.loaded.clone();
     if let Some(l) = &loaded {
@@ -289,7 +300,11 @@ fn heap_ui(
     report.complete = report.loaded && report.sharp && report.stats_shown && hover_ready;
     *activity = Activity::of(
         m.session.loading.is_some(),
-        m.picture.busy() || m.context.busy() || m.analysis.busy() || m.window_analysis.busy(),
+        m.picture.busy()
+            || m.context.busy()
+            || m.analysis.busy()
+            || m.window_analysis.busy()
+            || m.preview_picture.busy(),
     );
     report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
     Ok(())
@@ -505,10 +520,13 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     let whole = ui.available_rect_before_wrap();
     let painter = ui.painter_at(whole);
     let Some(l) = loaded else {
-        // Redrawn at the decoding pace (`pace_frames`), not every frame.
-        crate::paint::centred_message(&painter, whole, "decoding…", 15.0);
+        preview(ctx, &painter, whole, m, report);
         return;
     };
+    // The decoded trace's pictures replace the preview's.
+    if m.preview_texture.take().is_some() {
+        m.preview_picture.clear();
+    }
     if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {
         crate::paint::centred_message(&painter, whole, "this trace has no heap blocks", 15.0);
         // Final: there is no picture to wait for (a screenshot waited for
@@ -764,6 +782,68 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
 /// The cushion's profile in the bottom right corner of the view (above
 /// the occupancy bar): the brightness across a block's height, drawn from
 /// [`Cushion::shade`], so the shading reads as shading, not as data.
+/// The preview picture has this many times fewer pixels across and down
+/// than the view (stretched to it): a sketch of the blocks so far,
+/// replaced when the trace is decoded. Its drawing takes a core from the
+/// decoder.
+const PREVIEW_DOWNSCALE: u32 = 2;
+
+/// While the trace decodes: the heap blocks decoded so far, once the
+/// decoder has copied some (a fifth of a second in, then now and then),
+/// on the time axis of the events so far. Coloured by size class when
+/// the view colours by function: the functions' names come with the
+/// decoded trace.
+fn preview(ctx: &egui::Context, painter: &egui::Painter, whole: egui::Rect, m: &mut HeapMode, report: &mut UiReport) {
+    let so_far = m.session.loading.as_ref().and_then(|l| l.preview.heap());
+    let ppp = ctx.pixels_per_point();
+    let size = (
+        ((whole.width() * ppp) as u32 / PREVIEW_DOWNSCALE).max(16),
+        ((whole.height() * ppp) as u32 / PREVIEW_DOWNSCALE).max(64),
+    );
+    if let Some(heap) = so_far.filter(|h| m.preview_picture.latest().is_none_or(|(k, _)| k.0 != h.serial))
+        && !m.preview_picture.busy()
+    {
+        let colour_by = match m.colour_by {
+            HeapColourBy::Function => HeapColourBy::SizeClass,
+            other => other,
+        };
+        let view = HeapView {
+            width: size.0,
+            height: size.1,
+            alpha: m.alpha,
+            colour_by,
+            cushion: m.cushion,
+            clock: Clock::Events,
+            range: None,
+            rows: None,
+            class: None,
+        };
+        m.preview_picture.want((heap.serial, size), move |_| {
+            let picture = decoder::heap_raster::render_heap(&heap.records, heap.events, &view, &|_| String::new());
+            Some(Arc::new(DrawnHeap::single(picture)))
+        });
+    }
+    if let Some(((serial, _), drawn)) = m.preview_picture.latest()
+        && m.preview_texture.as_ref().is_none_or(|(_, have)| have != serial)
+    {
+        let texture = ctx.load_texture("heap-preview", drawn.image.clone(), egui::TextureOptions::LINEAR);
+        m.preview_texture = Some((texture, *serial));
+    }
+    // Redrawn at the decoding pace (`pace_frames`), not every frame.
+    let Some((texture, _)) = &m.preview_texture else {
+        crate::paint::centred_message(painter, whole, "decoding…", 15.0);
+        return;
+    };
+    let full = egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0));
+    painter.image(texture.id(), whole, full, egui::Color32::WHITE);
+    report.picture = true;
+    let banner = egui::Rect::from_min_size(whole.min, egui::vec2(whole.width(), 22.0));
+    painter.rect_filled(banner, 0.0, crate::paint::background());
+    let done = m.session.progress().unwrap_or(1.0);
+    let note = format!("decoding {:.0}%: the blocks decoded so far, on their own time axis", 100.0 * done);
+    crate::paint::centred_message(painter, banner, note, 13.0);
+}
+
 fn cushion_profile(painter: &egui::Painter, rect: egui::Rect, cushion: Cushion) {
     let size = egui::vec2(64.0, 44.0);
     let min = egui::pos2(rect.right() - size.x - 6.0, rect.bottom() - size.y - 34.0);

@@ -88,12 +88,24 @@ pub struct Session {
     /// Why decoding failed, if it did.
     pub error: Option<String>,
     generation: u32,
+    /// Whether decodings copy the heap blocks so far into their preview
+    /// ([`Session::want_heap_preview`]).
+    heap_preview: bool,
 }
 
 impl Session {
     /// A session that starts decoding `path`.
     pub fn open(path: PathBuf, options: DecodeOptions, symbol_paths: SymbolPaths) -> Session {
-        let mut s = Session { path, options, symbol_paths, loaded: None, loading: None, error: None, generation: 0 };
+        let mut s = Session {
+            path,
+            options,
+            symbol_paths,
+            loaded: None,
+            loading: None,
+            error: None,
+            generation: 0,
+            heap_preview: false,
+        };
         s.start();
         s
     }
@@ -114,6 +126,7 @@ impl Session {
             loading: None,
             error: None,
             generation: 1,
+            heap_preview: false,
         }
     }
 
@@ -123,8 +136,22 @@ impl Session {
         self.start();
     }
 
+    /// Asks this decoding and the next ones for copies of the heap blocks
+    /// so far (the allocations view draws them while the trace decodes),
+    /// and wakes the window when one comes: while decoding, frames are a
+    /// second apart ([`crate::pacing::LOADING_FRAME`]).
+    pub fn want_heap_preview(&mut self) {
+        self.heap_preview = true;
+        if let Some(l) = &self.loading {
+            watch_heap_preview(&l.preview);
+        }
+    }
+
     fn start(&mut self) {
         let preview = Arc::new(Preview::default());
+        if self.heap_preview {
+            watch_heap_preview(&preview);
+        }
         let bytes = Arc::new(AtomicU64::new(0));
         let total_bytes = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         let (path, options, p, b) = (self.path.clone(), self.options, preview.clone(), bytes.clone());
@@ -159,6 +186,32 @@ impl Session {
         self.loading.as_ref().map(|l| l.bytes.load(Ordering::Relaxed) as f64 / l.total_bytes.max(1) as f64)
     }
 }
+
+/// Asks `preview` for the heap blocks so far, and wakes the window each
+/// time a new copy comes, from a thread of its own that checks every
+/// [`HEAP_PREVIEW_POLL`] (a wait of no CPU to speak of) until the preview
+/// is dropped: the decoding and the session are done with it.
+fn watch_heap_preview(preview: &Arc<Preview>) {
+    preview.want_heap();
+    let watched = Arc::downgrade(preview);
+    let watcher = std::thread::Builder::new().name("linetrace-heap-preview".into()).spawn(move || {
+        let mut seen = 0;
+        while let Some(preview) = watched.upgrade() {
+            let serial = preview.heap().map_or(0, |h| h.serial);
+            drop(preview);
+            if serial > seen {
+                seen = serial;
+                crate::jobs::wake_window();
+            }
+            std::thread::sleep(HEAP_PREVIEW_POLL);
+        }
+    });
+    // Without the thread, the copy shows at the next loading frame.
+    drop(watcher);
+}
+
+/// How often the heap preview's watcher looks for a new copy.
+const HEAP_PREVIEW_POLL: Duration = Duration::from_millis(10);
 
 /// A session started before the app is built, for the plugin of its mode
 /// to take when it builds (a plugin builds from `&self`). Why: decoding
