@@ -829,6 +829,13 @@ fn preview(ctx: &egui::Context, painter: &egui::Painter, whole: egui::Rect, m: &
         let texture = ctx.load_texture("heap-preview", drawn.image.clone(), egui::TextureOptions::LINEAR);
         m.preview_texture = Some((texture, *serial));
     }
+    if let Some(e) = &m.session.error {
+        // A trace that failed to decode half way: its blocks so far are
+        // not what it holds.
+        m.preview_texture = None;
+        crate::paint::centred_message(painter, whole, format!("cannot show this trace: {e}"), 15.0);
+        return;
+    }
     // Redrawn at the decoding pace (`pace_frames`), not every frame.
     let Some((texture, _)) = &m.preview_texture else {
         crate::paint::centred_message(painter, whole, "decoding…", 15.0);
