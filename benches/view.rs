@@ -25,7 +25,8 @@
 //! Then the allocations view (`view --allocations`) the same way, on
 //! examples/c/heap_mix.c recorded with `record --allocations` (1.4M rounds,
 //! over 1M allocator calls; `LINETRACE_BENCH_ALLOC_ROUNDS=N` changes
-//! that): first picture, goal < 1 s, and pan frames, goal p99 < 16 ms.
+//! that): first picture (the blocks decoded so far, while decoding), goal
+//! < 1 s, and pan frames, goal p99 < 16 ms.
 //! `LINETRACE_BENCH_READS=none` runs only this part.
 
 use std::path::{Path, PathBuf};
