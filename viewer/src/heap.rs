@@ -524,7 +524,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         return;
     };
     // The decoded trace's pictures replace the preview's.
-    if m.preview_texture.take().is_some() {
+    if m.preview_texture.take().is_some() || m.preview_picture.busy() {
         m.preview_picture.clear();
     }
     if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {
@@ -779,9 +779,6 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     report.tooltip = lines;
 }
 
-/// The cushion's profile in the bottom right corner of the view (above
-/// the occupancy bar): the brightness across a block's height, drawn from
-/// [`Cushion::shade`], so the shading reads as shading, not as data.
 /// The preview picture has this many times fewer pixels across and down
 /// than the view (stretched to it): a sketch of the blocks so far,
 /// replaced when the trace is decoded. Its drawing takes a core from the
@@ -851,6 +848,9 @@ fn preview(ctx: &egui::Context, painter: &egui::Painter, whole: egui::Rect, m: &
     crate::paint::centred_message(painter, banner, note, 13.0);
 }
 
+/// The cushion's profile in the bottom right corner of the view (above
+/// the occupancy bar): the brightness across a block's height, drawn from
+/// [`Cushion::shade`], so the shading reads as shading, not as data.
 fn cushion_profile(painter: &egui::Painter, rect: egui::Rect, cushion: Cushion) {
     let size = egui::vec2(64.0, 44.0);
     let min = egui::pos2(rect.right() - size.x - 6.0, rect.bottom() - size.y - 34.0);
