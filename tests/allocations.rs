@@ -121,8 +121,12 @@ fn recycled_chunks_lose_and_repeat_no_call() {
     let log = tempfile::NamedTempFile::new_in(log_dir).expect("log file");
     let mut stream = AgentLogStream::create(log.as_file()).expect("map the log");
     let tsc = trace_rt::tsc::kernel_clock_is_tsc();
+    // Rounds enough for the program to run a while (~0.1 s): chunks go
+    // round only while it runs, and with other tests on both cores this
+    // reader got little of 30,000 rounds' 30 ms (1 chunk went round).
+    const ROUNDS: &str = "200000";
     let mut child = Command::new(&bin)
-        .args(["30000", "4"])
+        .args([ROUNDS, "4"])
         .env("LD_PRELOAD", &agent)
         .env(LOG_ENV, log.path())
         .env(STACK_ENV, "8")
@@ -139,6 +143,7 @@ fn recycled_chunks_lose_and_repeat_no_call() {
         stream.poll(false, &mut take).expect("poll");
     }
     stream.poll(true, &mut take).expect("last poll");
+    eprintln!("{} calls, {} chunks went round", seqs.len(), stream.recycled());
     assert!(seqs.len() > 50_000, "{} calls", seqs.len());
     assert!(seqs.iter().enumerate().all(|(i, &s)| s == i as u64), "call numbers 0.. in order, each once");
     assert_eq!(stream.missing(), 0);
