@@ -12,7 +12,8 @@
 //!
 //! `cargo bench --bench decode -- --draw TRACE COLUMNS_PER_PIXEL PICTURES`
 //! decodes TRACE once, then draws PICTURES 1920x1080 bitmaps at that scale,
-//! spread over the trace, and prints each one's milliseconds: the work a
+//! spread over the trace, and prints each one's milliseconds (wall, and
+//! CPU of all threads, steadier on a shared machine): the work a
 //! zoom step waits for in the viewer (below the summary's scale, a replay
 //! summed into one span a pixel). `cargo bench --bench view --
 //! --write-only PATH READS` writes the miss-heavy trace the view bench
@@ -27,7 +28,7 @@ use decoder::model::{DecodeOptions, Model};
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{Pattern, peak_rss_kib, write_trace};
+use common::{Pattern, peak_rss_kib, process_cpu_time, write_trace};
 
 /// Child mode: decode one file, print "seconds reads rss_kib".
 fn decode_child(path: &Path) {
@@ -56,9 +57,14 @@ fn draw(path: &Path, per_pixel: f64, pictures: usize) {
             alpha: 1.0,
             colour_by: ColourBy::BytesRead,
         };
-        let t = Instant::now();
+        let (t, cpu) = (Instant::now(), process_cpu_time());
         rasterize_bitmap(&model, &view, &Palette::default()).expect("draw");
-        println!("draw {per_pixel} columns/pixel from column {start:.0}: {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
+        let cpu = process_cpu_time().saturating_sub(cpu);
+        println!(
+            "draw {per_pixel} columns/pixel from column {start:.0}: {:.1} ms, cpu {:.1} ms",
+            t.elapsed().as_secs_f64() * 1e3,
+            cpu.as_secs_f64() * 1e3
+        );
     }
 }
 

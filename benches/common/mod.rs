@@ -86,6 +86,20 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time (user and system) this process has used, all its threads.
+/// Steadier than wall time on a shared machine for comparing two builds:
+/// time the machine gives to others does not count.
+pub fn process_cpu_time() -> std::time::Duration {
+    // SAFETY: rusage is plain data the kernel fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer; RUSAGE_SELF always exists.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 /// Runs a command; returns wall seconds, the child's peak RSS in KiB
 /// (`wait4`), its exit status and its output.
 // The child is reaped by `wait4` below (std's `wait` cannot report rusage).
