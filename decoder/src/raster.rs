@@ -896,8 +896,9 @@ pub fn rasterize_from_summary(model: &Model, view: &BitmapView, palette: &Palett
 /// shorter; `columns` in all) for `view`: the summary's levels, or the
 /// blocks decoded so far while a trace is being decoded. In two halves at
 /// once: nearly all the work is per pixel (each pixel's blocks merged, then
-/// every row added and resolved), 50-70 ms for a 1920x1080 picture of
-/// 600-2,400 columns a pixel on one thread.
+/// every row added and resolved): a 1920x1080 picture of 600-1,200 columns
+/// a pixel took 53-65 ms on one thread, 32-34 ms in halves (medians, 10M-read
+/// benchmark trace, `cargo bench --bench decode -- --draw`).
 pub fn rasterize_blocks(
     blocks: &[&[SummaryCell]],
     block_width: u64,
