@@ -955,13 +955,15 @@ fn rasterize_blocks_part(
 
 /// Columns above which span drawing splits its pixels between two threads
 /// (each replays its half from its own snapshot). Low: closing a pixel's
-/// span costs about as much as replaying a hundred columns (every row of
-/// the set is summed, sorted and drawn), so even a view of few columns a
-/// pixel is mostly per-pixel work, which halves. At 200,000, views of up
-/// to 104 columns a pixel at 1920 pixels were drawn on one thread: 1920x1080
-/// pictures at 8, 30 and 90 columns a pixel took 140, 158 and 155 ms
-/// (medians, 10M-read benchmark trace) against 82, 87 and 91 ms split,
-/// for about the same CPU time (`cargo bench --bench decode -- --draw`).
+/// span costs as much as replaying several hundred columns (every row of
+/// the set is summed, sorted and drawn; at 90 columns a pixel, two thirds
+/// of a picture's samples against a tenth for the replay, `perf record`),
+/// so even a view of few columns a pixel is mostly per-pixel work, which
+/// halves. At 200,000, views of up to 104 columns a pixel at 1920 pixels
+/// were drawn on one thread: 1920x1080 pictures at 8, 30 and 90 columns a
+/// pixel took 140, 158 and 155 ms (medians, 10M-read benchmark trace)
+/// against 82, 87 and 91 ms split, for about the same CPU time (`cargo
+/// bench --bench decode -- --draw`).
 const PARALLEL_SPAN_COLUMNS: f64 = 10_000.0;
 
 /// Drawing by summing spans, one per pixel, while replaying the range. A
