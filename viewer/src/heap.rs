@@ -27,7 +27,6 @@
 use std::sync::Arc;
 
 use bevy::prelude::*;
-use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::heap::HeapReport;
 use decoder::heap_bins::{BinCell, BinLayout, CURSOR_RADIUS_PX, cell_at, cursor_opacity, render_bins};
@@ -120,6 +119,8 @@ pub struct HeapMode {
     /// serial of their copy ([`decoder::pyramid::HeapSoFar`]) and size.
     preview_picture: Job<(u32, (u32, u32)), Arc<DrawnHeap>>,
     preview_texture: Option<(egui::TextureHandle, u32)>,
+    /// The view the picture was last painted at.
+    painted_view: Option<Viewport>,
 }
 
 /// Heap pictures (one, or one per size class) and their pixels as an
@@ -131,13 +132,18 @@ struct DrawnHeap {
     /// size-class bins.
     cells: Vec<BinCell>,
     image: Arc<egui::ColorImage>,
+    /// How long it took to draw.
+    took: std::time::Duration,
+    /// CPU time of the thread that drew it: what a zoom step's frame
+    /// expects the next picture to cost ([`Job::wait_for_zoom_step`]).
+    cpu: std::time::Duration,
 }
 
 impl DrawnHeap {
     fn new(image: &decoder::raster::Image, cells: Vec<BinCell>) -> DrawnHeap {
         let size = [image.width as usize, image.height as usize];
         let image = Arc::new(egui::ColorImage::from_rgba_unmultiplied(size, &image.rgba));
-        DrawnHeap { cells, image }
+        DrawnHeap { cells, image, took: std::time::Duration::ZERO, cpu: std::time::Duration::ZERO }
     }
 
     fn single(picture: HeapPicture) -> DrawnHeap {
@@ -192,29 +198,20 @@ impl Plugin for HeapPlugin {
             notice: None,
             preview_picture: Job::picture(),
             preview_texture: None,
+            painted_view: None,
         })
         .init_resource::<UiReport>()
         .add_message::<ViewCommand>()
         .add_systems(bevy_egui::EguiPrimaryContextPass, heap_ui)
-        .add_systems(Last, apply_view_commands.in_set(crate::ViewCommandsApplied));
+        .add_systems(Update, apply_view_commands.in_set(crate::ViewCommandsApplied));
     }
 }
 
-/// The frame's [`ViewCommand`]s from outside the UI (a script: the bench).
-fn apply_view_commands(
-    mut mode: ResMut<HeapMode>,
-    mut commands: MessageReader<ViewCommand>,
-    mut redraw: MessageWriter<RequestRedraw>,
-) {
-    let mut applied = false;
+/// The frame's [`ViewCommand`]s from outside the UI (a script: the bench),
+/// before the UI pass that shows them.
+fn apply_view_commands(mut mode: ResMut<HeapMode>, mut commands: MessageReader<ViewCommand>) {
     for command in commands.read() {
         crate::view::apply(&mut mode.view, *command);
-        applied = true;
-    }
-    if applied {
-        // This frame was drawn before the commands: the next one draws
-        // them (and asks for their picture).
-        redraw.write(RequestRedraw);
     }
 }
 
@@ -222,7 +219,7 @@ fn heap_ui(
     mut contexts: EguiContexts,
     mut mode: ResMut<HeapMode>,
     mut report: ResMut<UiReport>,
-    mut activity: ResMut<Activity>,
+    (mut activity, mut input_shown): (ResMut<Activity>, ResMut<crate::pacing::InputShown>),
 ) -> Result {
     let cpu_start = crate::bench::thread_cpu_time();
     let ctx = contexts.ctx_mut()?.clone();
@@ -249,11 +246,8 @@ fn heap_ui(
     let mut root =
         egui::Ui::new(ctx.clone(), "linetrace-heap".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
     egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, m));
-    egui::Panel::bottom("status").show(&mut root, |ui| {
-        let text = status(m, loaded.as_ref());
-        ui.label(egui::RichText::new(&text).monospace().size(11.0));
-        report.status = text;
-    });
+    // The status line's place; its text is written once the view is known.
+    let status_line = egui::Panel::bottom("status").show(&mut root, crate::paint::reserve_status_line).inner;
     egui::Panel::right("side").resizable(true).default_size(360.0).show(&mut root, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| report.stats_shown = side_panel(ui, m, &mut report));
     });
@@ -277,7 +271,19 @@ fn heap_ui(
             }
         });
     }
-    crate::paint::central_panel(&ctx).show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report));
+    let painted = crate::paint::central_panel(&ctx)
+        .show(&mut root, |ui| main_view(ui, &ctx, m, loaded.as_ref(), &mut report))
+        .inner;
+    // The view moved (by the frame's input, or by commands applied before
+    // the UI pass) and this frame shows it: egui's next frame would show
+    // nothing new (see `InputShown`).
+    input_shown.0 = painted && m.painted_view != Some(m.view);
+    if painted {
+        m.painted_view = Some(m.view);
+    }
+    let text = status(m, loaded.as_ref());
+    crate::paint::status_line(&ctx, status_line, &text);
+    report.status = text;
     // The analysis for the side panel once the first picture is there: the
     // jobs share the cores with the renderer, and the picture is what the
     // user waits for.
@@ -516,23 +522,28 @@ fn side_panel(ui: &mut egui::Ui, m: &mut HeapMode, report: &mut UiReport) -> boo
     true
 }
 
-fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: Option<&Loaded>, report: &mut UiReport) {
+/// The picture, the context strip and their input. The input over the
+/// picture moves the view before anything is painted. Whether the picture
+/// was painted (false: no decoded trace, or no heap block in it).
+fn main_view(
+    ui: &mut egui::Ui,
+    ctx: &egui::Context,
+    m: &mut HeapMode,
+    loaded: Option<&Loaded>,
+    report: &mut UiReport,
+) -> bool {
     let whole = ui.available_rect_before_wrap();
     let painter = ui.painter_at(whole);
     let Some(l) = loaded else {
         preview(ctx, &painter, whole, m, report);
-        return;
+        return false;
     };
-    // The decoded trace's pictures replace the preview's.
-    if m.preview_texture.take().is_some() || m.preview_picture.busy() {
-        m.preview_picture.clear();
-    }
     if !l.model.allocations.iter().any(decoder::heap::is_heap_block) {
         crate::paint::centred_message(&painter, whole, "this trace has no heap blocks", 15.0);
         // Final: there is no picture to wait for (a screenshot waited for
         // one until it gave up).
         (report.sharp, report.picture) = (true, true);
-        return;
+        return false;
     }
     let (rect, strip) = {
         let split = whole.right() - CONTEXT_WIDTH;
@@ -545,6 +556,35 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     let pixels =
         |r: egui::Rect| ((r.width() * ppp).round().max(16.0) as u32, (r.height() * ppp).round().max(64.0) as u32);
     let size = pixels(rect);
+    // Input first: the view it asks for is the one painted below, so
+    // the input's own frame shows where it went.
+    // Navigation: the wheel zooms events at the pointer, drag pans,
+    // Ctrl+wheel zooms addresses, Shift+wheel scrolls them.
+    let response = ui.interact(rect, ui.id().with("heap"), egui::Sense::click_and_drag());
+    let pointer = ctx.pointer_hover_pos().filter(|_| !m.ignore_pointer);
+    // Shift+drag selects a part of the time axis for the side panel;
+    // any other drag pans.
+    let t_at = |view: &crate::view::Viewport, x: f32| view.column_at(f64::from((x - rect.left()) / rect.width()));
+    if response.drag_started() && ui.input(|i| i.modifiers.shift) {
+        m.selecting_from = ui.input(|i| i.pointer.press_origin()).map(|p| t_at(&m.view, p.x));
+    }
+    match (m.selecting_from, response.interact_pointer_pos()) {
+        (Some(from), Some(p)) if response.dragged() => {
+            let to = t_at(&m.view, p.x);
+            m.selection = Some((from.min(to).max(0.0), from.max(to).min(m.view.total_columns)));
+        }
+        _ => {
+            for command in crate::paint::navigate(ui, &response, egui::Rect::NOTHING, rect, pointer) {
+                crate::view::apply(&mut m.view, command);
+            }
+        }
+    }
+    if response.drag_stopped() {
+        m.selecting_from = None;
+    }
+    if ctx.input(|i| i.key_pressed(egui::Key::Num0)) && !ctx.egui_wants_keyboard_input() {
+        m.view.reset();
+    }
     if let Some((lo, hi)) = m.addresses.take() {
         match address_rows(&l.model.allocations, size.1, lo, hi) {
             Some((a, b)) => m.view.rows = (a * ROWS, b * ROWS),
@@ -583,6 +623,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     for (job, k) in jobs.into_iter().take(if have_picture { 2 } else { 1 }) {
         let (model, symbols, scenes) = (l.model.clone(), l.symbols.clone(), scenes.clone());
         job.want_fallible(k.clone(), move |_| {
+            let (started, cpu_start) = (std::time::Instant::now(), crate::bench::thread_cpu_time());
             let view = HeapView {
                 width: k.size.0,
                 height: k.size.1,
@@ -596,7 +637,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             };
             let name = |pc: u64| symbols.locate(pc).function.clone();
             let (records, events) = (&model.allocations, model.total.allocations);
-            let drawn = match k.bins {
+            let mut drawn = match k.bins {
                 None => DrawnHeap::single(render_scene(&scenes.get(records, events, k.clock, None), &view, &name)),
                 Some(layout) => {
                     let bins = match render_bins(&scenes, records, events, &view, layout, &name) {
@@ -606,8 +647,16 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                     DrawnHeap::new(&bins.image, bins.cells)
                 }
             };
+            drawn.cpu = crate::bench::thread_cpu_time().saturating_sub(cpu_start);
+            drawn.took = started.elapsed();
             Some(Ok(Arc::new(drawn)))
         });
+    }
+    // A zoom step's frame waits a little for the step's picture. Not a
+    // drag's: its frames follow the pointer.
+    if m.painted_view.is_some_and(|p| p.width() != m.view.width()) && !response.dragged() {
+        let last_cost = m.picture.latest().map(|(_, d)| d.cpu);
+        m.picture.wait_for_zoom_step(&key, last_cost);
     }
     for (job, texture, name) in
         [(&m.picture, &mut m.texture, "heap"), (&m.context, &mut m.context_texture, "heap-context")]
@@ -618,6 +667,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
             *texture = Some((ctx.load_texture(name, p.image.clone(), egui::TextureOptions::NEAREST), k.clone()));
         }
     }
+    stand_in_preview(ctx, &painter, rect, m, report);
     if let Some((tex, k)) = &m.texture {
         // An older picture stretched to where its part of the axes is now.
         let x = |e: f64| rect.left() + ((e - m.view.columns.0) / m.view.width()) as f32 * rect.width();
@@ -628,6 +678,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         painter.with_clip_rect(rect).image(tex.id(), placed, full, egui::Color32::WHITE);
         report.sharp = *k == key;
         report.picture = true;
+    }
+    if let Some((_, drawn)) = m.picture.latest() {
+        report.render_ms = drawn.took.as_secs_f64() * 1e3;
     }
     if let Some((k, drawn)) = m.picture.latest().filter(|(k, _)| k.bins == m.bins) {
         cushion_cursors(&painter, rect, ppp, m, k, drawn);
@@ -653,30 +706,6 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     report.columns = m.view.columns;
     report.rows = m.view.rows;
 
-    // Navigation: the wheel zooms events at the pointer, drag pans,
-    // Ctrl+wheel zooms addresses, Shift+wheel scrolls them.
-    let response = ui.interact(rect, ui.id().with("heap"), egui::Sense::click_and_drag());
-    let pointer = ctx.pointer_hover_pos().filter(|_| !m.ignore_pointer);
-    // Shift+drag selects a part of the time axis for the side panel;
-    // any other drag pans.
-    let t_at = |view: &crate::view::Viewport, x: f32| view.column_at(f64::from((x - rect.left()) / rect.width()));
-    if response.drag_started() && ui.input(|i| i.modifiers.shift) {
-        m.selecting_from = ui.input(|i| i.pointer.press_origin()).map(|p| t_at(&m.view, p.x));
-    }
-    match (m.selecting_from, response.interact_pointer_pos()) {
-        (Some(from), Some(p)) if response.dragged() => {
-            let to = t_at(&m.view, p.x);
-            m.selection = Some((from.min(to).max(0.0), from.max(to).min(m.view.total_columns)));
-        }
-        _ => {
-            for command in crate::paint::navigate(ui, &response, egui::Rect::NOTHING, rect, pointer) {
-                crate::view::apply(&mut m.view, command);
-            }
-        }
-    }
-    if response.drag_stopped() {
-        m.selecting_from = None;
-    }
     if let Some((a, b)) = m.selection {
         let x = |t: f64| rect.left() + ((t - m.view.columns.0) / m.view.width()) as f32 * rect.width();
         let band = egui::Rect::from_x_y_ranges(x(a).max(rect.left())..=x(b).min(rect.right()), rect.y_range());
@@ -689,9 +718,6 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
                 egui::StrokeKind::Inside,
             );
         }
-    }
-    if ctx.input(|i| i.key_pressed(egui::Key::Num0)) && !ctx.egui_wants_keyboard_input() {
-        m.view.reset();
     }
     // A click drops a cushion cursor at its time, a right click removes
     // the nearest within a cursor's reach.
@@ -724,7 +750,7 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     }
 
     // Hover: the block under the pointer.
-    let Some((_, drawn)) = m.picture.latest().filter(|(k, _)| *k == key) else { return };
+    let Some((_, drawn)) = m.picture.latest().filter(|(k, _)| *k == key) else { return true };
     let at = match m.forced_hover {
         Some((event, row)) => {
             let y = row.unwrap_or(0) as f32 / ppp;
@@ -735,9 +761,9 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
         }
         None => pointer.filter(|p| rect.contains(*p)),
     };
-    let Some(p) = at else { return };
+    let Some(p) = at else { return true };
     let (px, py) = (f64::from((p.x - rect.left()) * ppp), f64::from((p.y - rect.top()) * ppp));
-    let Some(cell) = cell_at(&drawn.cells, px, py) else { return };
+    let Some(cell) = cell_at(&drawn.cells, px, py) else { return true };
     let picture = &cell.picture;
     let x = picture.window.time(px - f64::from(cell.left)).max(0.0);
     let axis = picture.axis;
@@ -777,6 +803,43 @@ fn main_view(ui: &mut egui::Ui, ctx: &egui::Context, m: &mut HeapMode, loaded: O
     );
     crate::paint::tooltip(ctx, p, &lines);
     report.tooltip = lines;
+    true
+}
+
+/// Until the decoded trace's first picture is in, the preview of its
+/// blocks stands in for it, finished if it was still being drawn when the
+/// trace was decoded; then it is dropped. Cancelled there, the first
+/// picture was the decoded trace's, 225-450 ms after decoding: one
+/// session in three of the view bench's allocations view showed its first
+/// picture after more than a second (1,087-1,255 ms, against 482-648).
+fn stand_in_preview(
+    ctx: &egui::Context,
+    painter: &egui::Painter,
+    rect: egui::Rect,
+    m: &mut HeapMode,
+    report: &mut UiReport,
+) {
+    if m.texture.is_some() {
+        m.preview_texture = None;
+        m.preview_picture.clear();
+        return;
+    }
+    load_preview_texture(ctx, m);
+    if let Some((texture, _)) = &m.preview_texture {
+        let full = egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0));
+        painter.image(texture.id(), rect, full, egui::Color32::WHITE);
+        report.picture = true;
+    }
+}
+
+/// The newest preview picture into its texture, if not yet.
+fn load_preview_texture(ctx: &egui::Context, m: &mut HeapMode) {
+    if let Some(((serial, _), drawn)) = m.preview_picture.latest()
+        && m.preview_texture.as_ref().is_none_or(|(_, have)| have != serial)
+    {
+        let texture = ctx.load_texture("heap-preview", drawn.image.clone(), egui::TextureOptions::LINEAR);
+        m.preview_texture = Some((texture, *serial));
+    }
 }
 
 /// The preview picture has this many times fewer pixels across and down
@@ -820,12 +883,7 @@ fn preview(ctx: &egui::Context, painter: &egui::Painter, whole: egui::Rect, m: &
             Some(Arc::new(DrawnHeap::single(picture)))
         });
     }
-    if let Some(((serial, _), drawn)) = m.preview_picture.latest()
-        && m.preview_texture.as_ref().is_none_or(|(_, have)| have != serial)
-    {
-        let texture = ctx.load_texture("heap-preview", drawn.image.clone(), egui::TextureOptions::LINEAR);
-        m.preview_texture = Some((texture, *serial));
-    }
+    load_preview_texture(ctx, m);
     if let Some(e) = &m.session.error {
         // A trace that failed to decode half way: its blocks so far are
         // not what it holds.

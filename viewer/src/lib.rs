@@ -272,8 +272,9 @@ pub struct ViewerPlugin {
     pub session: session::Opened,
 }
 
-/// Where the trace view applies the frame's [`ViewCommand`]s: systems that
-/// send commands in `Last` run before it.
+/// Where a mode applies the [`ViewCommand`]s other systems send, in
+/// `Update`, before the UI pass that shows them: systems that send
+/// commands run before it (in `First` or earlier in `Update`).
 #[derive(SystemSet, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ViewCommandsApplied;
 
@@ -301,12 +302,20 @@ impl Plugin for ViewerPlugin {
             .init_resource::<search::SearchState>()
             .add_message::<ViewCommand>()
             .add_message::<search::SearchCommand>()
-            .add_systems(Update, (session::poll_decoding, start_view, search::apply_search_commands).chain())
+            .add_systems(
+                Update,
+                (
+                    session::poll_decoding,
+                    start_view,
+                    search::apply_search_commands,
+                    apply_view_commands.in_set(ViewCommandsApplied),
+                )
+                    .chain(),
+            )
             .add_systems(EguiPrimaryContextPass, ui::ui_system)
-            // The frame's commands (the UI's, a script's) applied at its
-            // end, and the new view's picture started there, not a frame
-            // later.
-            .add_systems(Last, (apply_view_commands, ui::render_ahead).chain().in_set(ViewCommandsApplied));
+            // The picture of a view the UI moved after painting (a double
+            // click's fit), started at the frame's end, not a frame later.
+            .add_systems(Last, ui::render_ahead);
     }
 }
 

@@ -8,13 +8,14 @@
 //! nothing and work in the background gets the cores.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bevy::prelude::*;
 use bevy::window::RequestRedraw;
 use bevy::winit::{EventLoopProxyWrapper, UpdateMode, WinitSettings, WinitUserEvent};
-use bevy_egui::{EguiInput, EguiPreUpdateSet, egui};
+use bevy_egui::{EguiContext, EguiInput, EguiPostUpdateSet, EguiPreUpdateSet, egui};
 
 /// What is under way, which sets how often the window draws. Each mode
 /// sets it once per frame from what it runs.
@@ -133,11 +134,18 @@ impl Plugin for PacingPlugin {
     fn build(&self, app: &mut App) {
         app.insert_resource(FramePacing { always_draw: self.always_draw, scripted_input: false })
             .init_resource::<Activity>()
+            .init_resource::<InputShown>()
+            .init_resource::<EguiRepaintAsked>()
             .add_systems(Startup, wake_on_finished_work)
             .add_systems(
                 PreUpdate,
-                drop_unchanged_modifiers.after(EguiPreUpdateSet::ProcessInput).before(EguiPreUpdateSet::BeginPass),
+                (
+                    take_egui_repaint_requests.after(EguiPreUpdateSet::InitContexts),
+                    drop_unchanged_modifiers.after(EguiPreUpdateSet::ProcessInput),
+                )
+                    .before(EguiPreUpdateSet::BeginPass),
             )
+            .add_systems(PostUpdate, answer_egui_repaint.after(EguiPostUpdateSet::ProcessOutput))
             .add_systems(First, forget_answered_redraws)
             .add_systems(Last, pace_frames);
     }
@@ -149,6 +157,58 @@ impl Plugin for PacingPlugin {
 /// each one drew a second frame that showed nothing new.
 fn forget_answered_redraws(mut redraws: ResMut<Messages<RequestRedraw>>) {
     redraws.clear();
+}
+
+/// Whether the frame painted the pictures at a view they were not painted
+/// at before (moved by the frame's input, or by commands applied before
+/// its UI pass), with nothing left for a later frame (a mode sets it in
+/// its UI pass; [`answer_egui_repaint`] reads and clears it).
+///
+/// egui draws a second frame after any input, because its widgets answer
+/// input one frame late. After a zoom or a pan that frame shows nothing
+/// new: the input's own frame showed the moved view (the old picture
+/// stretched, or the new one), and a new picture wakes the window when it
+/// is drawn. On lavapipe that frame cost 70-110 ms of CPU on the two cores
+/// the new picture was being drawn on. Other input (a button, a key that
+/// opens a panel) keeps its second frame.
+#[derive(Resource, Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputShown(pub bool);
+
+/// Set when egui asks to be drawn again at once; answered once the frame's
+/// UI pass is over, by [`answer_egui_repaint`].
+#[derive(Resource, Default)]
+struct EguiRepaintAsked(Arc<AtomicBool>);
+
+/// Takes egui's requests for an immediate frame from bevy_egui, which
+/// wakes the window for each (before the UI pass has run, so before
+/// anyone knows whether the frame will need a successor): they set
+/// [`EguiRepaintAsked`] instead. Requests for a frame later are ignored,
+/// as bevy_egui ignores them.
+fn take_egui_repaint_requests(mut contexts: Query<&mut EguiContext, Added<EguiContext>>, asked: Res<EguiRepaintAsked>) {
+    for mut context in &mut contexts {
+        let asked = asked.0.clone();
+        context.get_mut().set_request_repaint_callback(move |info| {
+            if info.delay.is_zero() {
+                asked.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+/// Answers egui's wish for another frame, unless the frame's input was
+/// already shown ([`InputShown`]): then the frame bevy_egui asked for is
+/// dropped too.
+fn answer_egui_repaint(
+    mut shown: ResMut<InputShown>,
+    asked: Res<EguiRepaintAsked>,
+    mut redraws: ResMut<Messages<RequestRedraw>>,
+) {
+    let asked = asked.0.swap(false, Ordering::Relaxed);
+    if std::mem::take(&mut shown.0) {
+        redraws.clear();
+    } else if asked {
+        redraws.write(RequestRedraw);
+    }
 }
 
 /// Why frames may be drawn continuously whatever the activity (but while
@@ -245,6 +305,44 @@ mod tests {
         assert_eq!(stored(&app), 1, "there for winit after the update that asked");
         app.update();
         assert_eq!(stored(&app), 0, "gone before the next update could answer it again");
+    }
+
+    /// egui's wish for a frame after input is answered with one, unless
+    /// the frame already showed where its input moved the view: then the
+    /// request bevy_egui wrote for it is dropped as well. Once per frame.
+    #[test]
+    fn egui_repaints_are_dropped_after_shown_input_only() {
+        /// Stands for bevy_egui's output, which asks for a frame when
+        /// egui does.
+        #[derive(Resource, Default)]
+        struct EguiWrites(bool);
+        let mut app = App::new();
+        app.add_plugins(MinimalPlugins)
+            .add_message::<RequestRedraw>()
+            .init_resource::<InputShown>()
+            .init_resource::<EguiRepaintAsked>()
+            .init_resource::<EguiWrites>()
+            .add_systems(First, forget_answered_redraws)
+            .add_systems(Update, |w: Res<EguiWrites>, mut redraw: MessageWriter<RequestRedraw>| {
+                if w.0 {
+                    redraw.write(RequestRedraw);
+                }
+            })
+            .add_systems(PostUpdate, answer_egui_repaint);
+        let frame = |app: &mut App, asked: bool, egui_writes: bool, shown: bool| {
+            app.world().resource::<EguiRepaintAsked>().0.store(asked, Ordering::Relaxed);
+            app.world_mut().resource_mut::<EguiWrites>().0 = egui_writes;
+            app.world_mut().resource_mut::<InputShown>().0 = shown;
+            app.update();
+            app.world().resource::<Messages<RequestRedraw>>().len()
+        };
+        assert_eq!(frame(&mut app, false, false, false), 0, "nothing asked");
+        assert_eq!(frame(&mut app, true, false, false), 1, "egui asked: a frame");
+        assert_eq!(frame(&mut app, true, true, false), 2, "asked twice, answered (winit reads one)");
+        assert_eq!(frame(&mut app, true, true, true), 0, "the input was shown: no frame");
+        assert!(!app.world().resource::<InputShown>().0, "read once");
+        assert!(!app.world().resource::<EguiRepaintAsked>().0.load(Ordering::Relaxed), "answered");
+        assert_eq!(frame(&mut app, false, false, true), 0, "shown, nothing asked");
     }
 
     /// The timer wakes the window once when due, and not when cancelled.

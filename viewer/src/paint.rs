@@ -76,6 +76,28 @@ pub fn working(ui: &mut egui::Ui) {
     ui.label(egui::RichText::new("working…").weak());
 }
 
+/// The status line's font.
+const STATUS_FONT: egui::FontId = egui::FontId::monospace(11.0);
+
+/// Room for the status line, filled by [`status_line`] once the frame's
+/// input has moved the view it describes (the line's panel comes before
+/// the pictures, whose input moves the view).
+pub fn reserve_status_line(ui: &mut egui::Ui) -> egui::Rect {
+    let height = ui.fonts_mut(|f| f.row_height(&STATUS_FONT));
+    ui.allocate_exact_size(egui::vec2(ui.available_width(), height), egui::Sense::hover()).0
+}
+
+/// Writes the status line in its room: one line, cut short with "…" when
+/// the window is too narrow for it.
+pub fn status_line(ctx: &egui::Context, room: egui::Rect, text: &str) {
+    let colour = ctx.global_style().visuals.text_color();
+    let mut job = egui::text::LayoutJob::simple_singleline(text.to_string(), STATUS_FONT, colour);
+    job.wrap = egui::text::TextWrapping::truncate_at_width(room.width());
+    let painter = egui::Painter::new(ctx.clone(), egui::LayerId::background(), room);
+    let galley = painter.layout_job(job);
+    painter.galley(room.left_top(), galley, colour);
+}
+
 /// Text in the middle of `rect` (no trace yet, nothing to draw).
 pub fn centred_message(painter: &egui::Painter, rect: egui::Rect, text: impl ToString, size: f32) {
     // Wrapped to the rectangle: a long message in a small view stays
@@ -320,7 +342,7 @@ pub fn navigate(
         }
     }
     let (Some(p), true) = (pointer, response.hovered()) else { return commands };
-    let (scroll, mods) = ui.input(|i| (i.smooth_scroll_delta, i.modifiers));
+    let (scroll, mods) = (wheel_delta(ui), ui.input(|i| i.modifiers));
     let dy = if scroll.y != 0.0 { scroll.y } else { scroll.x };
     if dy == 0.0 {
         return commands;
@@ -338,6 +360,31 @@ pub fn navigate(
         commands.push(ViewCommand::Zoom { at: f64::from((p.x - bitmap.left()) / bitmap.width()), factor });
     }
     commands
+}
+
+/// How far the wheel turned in this frame's events, in points, whole.
+///
+/// Not egui's `smooth_scroll_delta`, which spreads a notch over the frames
+/// of the next tenth of a second: each of those frames moved the view a
+/// little and asked for a picture of its own, so the sharp picture came
+/// only after the last of them. And not while Ctrl is held either, when
+/// egui turns the wheel into its own zoom and the smoothed delta is zero.
+fn wheel_delta(ui: &egui::Ui) -> egui::Vec2 {
+    let line = ui.ctx().options(|o| o.input_options.line_scroll_speed);
+    let page = ui.ctx().content_rect().height();
+    ui.input(|i| {
+        i.events
+            .iter()
+            .filter_map(|e| match e {
+                egui::Event::MouseWheel { unit, delta, .. } => Some(match unit {
+                    egui::MouseWheelUnit::Point => *delta,
+                    egui::MouseWheelUnit::Line => *delta * line,
+                    egui::MouseWheelUnit::Page => *delta * page,
+                }),
+                _ => None,
+            })
+            .fold(egui::Vec2::ZERO, |sum, d| sum + d)
+    })
 }
 
 /// Draws the ruler: column ticks.
@@ -388,4 +435,80 @@ pub fn tooltip(ctx: &egui::Context, pos: egui::Pos2, lines: &[String]) {
 /// A function's name once known: frames are named in the background.
 pub fn frame_label(names: &Names, f: &Frame) -> String {
     names.get(f.function).map_or_else(|| format!("{:#x}", f.function), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The navigation of each of a run of egui passes over an 800x600
+    /// screen, each pass with its events and modifiers: the flamegraph on
+    /// the upper half, the bitmap on the lower.
+    fn navigation(passes: Vec<(Vec<egui::Event>, egui::Modifiers)>) -> Vec<Vec<ViewCommand>> {
+        let ctx = egui::Context::default();
+        let flame = egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(800.0, 300.0));
+        let bitmap = egui::Rect::from_min_max(egui::pos2(0.0, 300.0), egui::pos2(800.0, 600.0));
+        let screen = egui::Rect::from_min_size(egui::Pos2::ZERO, egui::vec2(800.0, 600.0));
+        passes
+            .into_iter()
+            .map(|(mut events, modifiers)| {
+                events.insert(0, egui::Event::ModifiersChanged(modifiers));
+                let input = egui::RawInput { screen_rect: Some(screen), events, ..Default::default() };
+                let mut commands = Vec::new();
+                let mut output = ctx.run_ui(input, |ui| {
+                    let main = ui.interact(flame.union(bitmap), ui.id().with("main"), egui::Sense::click_and_drag());
+                    commands = navigate(ui, &main, flame, bitmap, ui.ctx().pointer_hover_pos());
+                });
+                // No renderer to hand the font texture to (egui insists, in
+                // debug builds).
+                output.textures_delta.clear();
+                commands
+            })
+            .collect()
+    }
+
+    fn notch(modifiers: egui::Modifiers) -> egui::Event {
+        egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Line,
+            delta: egui::vec2(0.0, 1.0),
+            phase: egui::TouchPhase::Move,
+            modifiers,
+        }
+    }
+
+    /// A wheel notch zooms at the pointer by the whole notch in the frame
+    /// of its event, and the frames after it do not zoom on (egui's
+    /// smoothed delta would have spread it over them).
+    #[test]
+    fn a_wheel_notch_zooms_whole_in_its_own_frame() {
+        let none = egui::Modifiers::NONE;
+        let steps = navigation(vec![
+            (vec![egui::Event::PointerMoved(egui::pos2(200.0, 450.0))], none),
+            (vec![notch(none)], none),
+            (vec![], none),
+            (vec![], none),
+        ]);
+        assert_eq!(steps[0], vec![], "no wheel, no zoom");
+        let line = egui::InputOptions::default().line_scroll_speed;
+        let factor = (-f64::from(line) * 0.003).exp();
+        assert_eq!(steps[1], vec![ViewCommand::Zoom { at: 0.25, factor }], "zoomed in at the pointer");
+        assert!(factor < 0.95, "a notch zooms visibly: {factor}");
+        assert_eq!(steps[2..], [vec![], vec![]], "nothing left for the next frames");
+    }
+
+    /// Ctrl+wheel zooms the rows at the pointer's height (egui keeps that
+    /// wheel for its own zoom, out of the smoothed delta), Shift+wheel
+    /// scrolls them.
+    #[test]
+    fn modified_wheels_zoom_and_scroll_rows() {
+        let (none, ctrl, shift) = (egui::Modifiers::NONE, egui::Modifiers::COMMAND, egui::Modifiers::SHIFT);
+        let steps = navigation(vec![
+            (vec![egui::Event::PointerMoved(egui::pos2(200.0, 450.0))], none),
+            (vec![notch(ctrl)], ctrl),
+            (vec![notch(shift)], shift),
+        ]);
+        let line = f64::from(egui::InputOptions::default().line_scroll_speed);
+        assert_eq!(steps[1], vec![ViewCommand::ZoomRows { at: 0.5, factor: (-line * 0.003).exp() }]);
+        assert!(matches!(steps[2][..], [ViewCommand::ScrollRows(dy)] if dy < 0.0), "{:?}", steps[2]);
+    }
 }

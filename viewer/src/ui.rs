@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 
 use bevy::prelude::*;
+use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::inspect::Inspection;
@@ -82,6 +83,8 @@ pub struct Hover {
 pub struct UiState {
     /// A message for the status line (a linked view that could not open).
     pub notice: Option<String>,
+    /// The view the pictures were last painted at.
+    pub painted_view: Option<Viewport>,
     /// Width of the bitmap on screen in pixels (last frame).
     pub bitmap_pixels: f32,
     /// Size of the bitmap on screen in pixels (last frame): the picture a
@@ -137,6 +140,7 @@ impl Default for UiState {
             hover: None,
             forced_hover: None,
             ignore_pointer: false,
+            painted_view: None,
             bitmap_pixels: 1.0,
             bitmap_size: (0, 0),
             drag_select: None,
@@ -235,13 +239,13 @@ pub struct PaneReport {
 pub fn ui_system(
     mut contexts: EguiContexts,
     mut session: ResMut<Session>,
-    view: Res<Viewport>,
-    selection: Res<Selection>,
+    (mut view, mut selection): (ResMut<Viewport>, ResMut<Selection>),
     mut work: ResMut<Work>,
     mut state: ResMut<UiState>,
-    mut commands: MessageWriter<ViewCommand>,
+    mut redraw: MessageWriter<RequestRedraw>,
     (mut search, mut searches): (ResMut<SearchState>, MessageWriter<SearchCommand>),
     (mut report, mut activity): (ResMut<UiReport>, ResMut<crate::pacing::Activity>),
+    mut input_shown: ResMut<crate::pacing::InputShown>,
     mut last_generation: Local<u32>,
 ) -> Result {
     let cpu_start = crate::bench::thread_cpu_time();
@@ -260,21 +264,21 @@ pub fn ui_system(
         work.names.start(&l.symbols);
     }
     let ppp = ctx.pixels_per_point();
-    *report = UiReport { columns: view.columns, rows: view.rows, loaded: loaded.is_some(), ..UiReport::default() };
+    // The frame's input (keys, the toolbar, the wheel and drags over the
+    // pictures) moves the view before the pictures are painted, so the
+    // input's own frame shows where it went. (Commands from other systems
+    // were applied before the UI pass: `apply_view_commands`.)
+    let (mut v, mut sel) = (*view, *selection);
+    let mut commands: Vec<ViewCommand> = Vec::new();
+    *report = UiReport { columns: v.columns, rows: v.rows, loaded: loaded.is_some(), ..UiReport::default() };
     keyboard(&ctx, &mut state, &search, &work, &mut commands, &mut searches);
     search.focus = false;
 
     let mut root =
         egui::Ui::new(ctx.clone(), "linetrace-root".into(), egui::UiBuilder::new().max_rect(ctx.content_rect()));
-    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &view, &mut commands, &mut searches));
-    egui::Panel::bottom("status").show(&mut root, |ui| {
-        let mut text = status_text(&session, loaded.as_ref(), &view, &work, state.bitmap_pixels);
-        if let Some(n) = &state.notice {
-            text = format!("{text}  ·  {n}");
-        }
-        ui.label(egui::RichText::new(&text).monospace().size(11.0));
-        report.status = text;
-    });
+    egui::Panel::top("toolbar").show(&mut root, |ui| toolbar(ui, &mut state, &mut commands, &mut searches));
+    // The status line's place; its text is written once the view is known.
+    let status_line = egui::Panel::bottom("status").show(&mut root, crate::paint::reserve_status_line).inner;
     if search.open {
         egui::Panel::top("search").show(&mut root, |ui| search_bar(ui, &search, &work, loaded.as_ref(), &mut searches));
     }
@@ -301,22 +305,50 @@ pub fn ui_system(
             });
         });
     }
-    crate::paint::central_panel(&ctx).show(&mut root, |ui| {
-        main_view(
-            ui,
-            &ctx,
-            &mut state,
-            &search,
-            &session,
-            loaded.as_ref(),
-            &view,
-            &selection,
-            &mut work,
-            &mut commands,
-            &mut report,
-            ppp,
-        );
-    });
+    let painted_after_commands = crate::paint::central_panel(&ctx)
+        .show(&mut root, |ui| {
+            main_view(
+                ui,
+                &ctx,
+                &mut state,
+                &search,
+                &session,
+                loaded.as_ref(),
+                (&mut v, &mut sel),
+                &mut work,
+                &mut commands,
+                &mut report,
+                ppp,
+            )
+        })
+        .inner;
+    // The view moved (by the frame's input, or by commands applied before
+    // its UI pass), and this frame shows it: egui's next frame would show
+    // nothing new (see `InputShown`).
+    let moved_and_shown = painted_after_commands && state.painted_view != Some(v);
+    if painted_after_commands {
+        state.painted_view = Some(v);
+    }
+    // Commands given after the pictures were painted (a double click's
+    // fit, a selection; all of them if there was no picture to paint)
+    // show in the next frame.
+    let late = crate::view::apply_all(&mut v, &mut sel, commands.drain(..));
+    if late {
+        redraw.write(RequestRedraw);
+    }
+    input_shown.0 = moved_and_shown && !late;
+    let mut text = status_text(&session, loaded.as_ref(), &v, &work, state.bitmap_pixels);
+    if let Some(n) = &state.notice {
+        text = format!("{text}  ·  {n}");
+    }
+    crate::paint::status_line(&ctx, status_line, &text);
+    report.status = text;
+    if v != *view {
+        *view = v;
+    }
+    if sel != *selection {
+        *selection = sel;
+    }
     if state.show_help {
         help(&ctx, &mut state);
     }
@@ -350,7 +382,7 @@ fn keyboard(
     state: &mut UiState,
     search: &SearchState,
     work: &Work,
-    commands: &mut MessageWriter<ViewCommand>,
+    commands: &mut Vec<ViewCommand>,
     searches: &mut MessageWriter<SearchCommand>,
 ) {
     let (ctrl_f, escape) =
@@ -368,19 +400,19 @@ fn keyboard(
     ctx.input(|i| {
         let pressed = |k| i.key_pressed(k);
         if pressed(egui::Key::A) || pressed(egui::Key::ArrowLeft) {
-            commands.write(ViewCommand::Pan(-0.1));
+            commands.push(ViewCommand::Pan(-0.1));
         }
         if pressed(egui::Key::D) || pressed(egui::Key::ArrowRight) {
-            commands.write(ViewCommand::Pan(0.1));
+            commands.push(ViewCommand::Pan(0.1));
         }
         if pressed(egui::Key::W) || pressed(egui::Key::ArrowUp) {
-            commands.write(ViewCommand::Zoom { at: 0.5, factor: 0.8 });
+            commands.push(ViewCommand::Zoom { at: 0.5, factor: 0.8 });
         }
         if pressed(egui::Key::S) || pressed(egui::Key::ArrowDown) {
-            commands.write(ViewCommand::Zoom { at: 0.5, factor: 1.25 });
+            commands.push(ViewCommand::Zoom { at: 0.5, factor: 1.25 });
         }
         if pressed(egui::Key::Num0) {
-            commands.write(ViewCommand::Reset);
+            commands.push(ViewCommand::Reset);
         }
         if i.events.iter().any(|e| matches!(e, egui::Event::Text(t) if t == "?")) {
             state.show_help = !state.show_help;
@@ -395,7 +427,7 @@ fn keyboard(
             && !i.modifiers.command
             && let Some(f) = hovered_frame(state, work)
         {
-            commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
+            commands.push(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
         }
         if pressed(egui::Key::Enter) && search.open {
             searches.write(SearchCommand::Step(if i.modifiers.shift { -1 } else { 1 }));
@@ -411,15 +443,14 @@ fn hovered_frame<'w>(state: &UiState, work: &'w Work) -> Option<&'w Frame> {
 fn toolbar(
     ui: &mut egui::Ui,
     state: &mut UiState,
-    view: &Viewport,
-    commands: &mut MessageWriter<ViewCommand>,
+    commands: &mut Vec<ViewCommand>,
     searches: &mut MessageWriter<SearchCommand>,
 ) {
     ui.horizontal(|ui| {
         ui.strong("linetrace");
         ui.separator();
         if ui.button("Fit all (0)").clicked() {
-            commands.write(ViewCommand::Reset);
+            commands.push(ViewCommand::Reset);
         }
         ui.toggle_value(&mut state.show_stats, "Stats");
         ui.toggle_value(&mut state.show_settings, "Settings");
@@ -448,7 +479,6 @@ fn toolbar(
         if ui.button("?").clicked() {
             state.show_help = !state.show_help;
         }
-        let _ = view;
     });
 }
 
@@ -755,7 +785,11 @@ fn help(ctx: &egui::Context, state: &mut UiState) {
     });
 }
 
-/// The main view: overview strip, ruler, flamegraph, gutter and bitmap.
+/// The main view: overview strip, ruler, flamegraph, gutter and bitmap,
+/// with their input. The frame's `commands` and the input over the
+/// pictures move the view before anything is painted; commands given after
+/// painting are left in `commands`. Whether the pictures were painted
+/// (false: a message instead, and every command is left).
 #[allow(clippy::too_many_arguments)]
 fn main_view(
     ui: &mut egui::Ui,
@@ -764,18 +798,17 @@ fn main_view(
     search: &SearchState,
     session: &Session,
     loaded: Option<&Loaded>,
-    view: &Viewport,
-    selection: &Selection,
+    (view, selection): (&mut Viewport, &mut Selection),
     work: &mut Work,
-    commands: &mut MessageWriter<ViewCommand>,
+    commands: &mut Vec<ViewCommand>,
     report: &mut UiReport,
     ppp: f32,
-) {
+) -> bool {
     let full = ui.available_rect_before_wrap();
     let painter = ui.painter_at(full);
     let Some(l) = loaded else {
         loading_view(ui, &painter, full, state, session, work, report, ppp);
-        return;
+        return false;
     };
     let model = &l.model;
     if model.columns == 0 {
@@ -783,7 +816,7 @@ fn main_view(
         // Final: there is no picture to wait for (a screenshot waited for
         // one until it gave up).
         (report.sharp, report.picture) = (true, true);
-        return;
+        return false;
     }
     // Layout.
     let overview = egui::Rect::from_min_size(
@@ -802,8 +835,26 @@ fn main_view(
     report.bitmap = rect4(bitmap, ppp);
     report.gutter = rect4(gutter, ppp);
     if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
-        return;
+        return false;
     }
+    let total = model.columns as f64;
+
+    // Input first: the view it asks for is the one painted below.
+    // Pointer: drag pans, the wheel zooms (hover and clicks further down).
+    let main_rect = egui::Rect::from_min_max(flame.min, bitmap.max);
+    let response = ui.interact(main_rect, ui.id().with("main"), egui::Sense::click_and_drag());
+    let pointer = ctx.pointer_hover_pos().filter(|_| !state.ignore_pointer);
+    commands.extend(crate::paint::navigate(ui, &response, flame, bitmap, pointer));
+    crate::view::apply_all(view, selection, commands.drain(..));
+    // A click or drag on the overview centres the view there.
+    let ov = ui.interact(overview, ui.id().with("overview"), egui::Sense::click_and_drag());
+    if let Some(p) = ov.interact_pointer_pos().filter(|_| ov.clicked() || ov.dragged()) {
+        let c = f64::from((p.x - overview.left()) / overview.width()) * total;
+        let w = view.width();
+        crate::view::apply(view, ViewCommand::Fit { from: c - w / 2.0, to: c + w / 2.0 });
+    }
+    (report.columns, report.rows) = (view.columns, view.rows);
+    let (view, selection): (&Viewport, &Selection) = (view, selection);
     let x_of = |c: f64, r: egui::Rect| crate::paint::x_of(view, c, r);
     let column_at = |x: f32, r: egui::Rect| crate::paint::column_at(view, x, r);
 
@@ -813,6 +864,12 @@ fn main_view(
     state.bitmap_size = size;
     let key = RenderKey::of_view(l.generation, view, size, state.alpha, state.colour_by);
     work::want_render(work, l, key.clone());
+    // A zoom step's frame waits a little for the step's picture. Not a
+    // drag's: its frames follow the pointer.
+    if state.painted_view.is_some_and(|p| p.width() != view.width()) && !response.dragged() {
+        let last_cost = work.render.latest().map(|(_, r)| r.cpu);
+        work.render.wait_for_zoom_step(&key, last_cost);
+    }
     work::want_overview(work, l, (overview.width() * ppp) as u32, (overview.height() * ppp) as u32);
 
     // Overview strip with the visible range.
@@ -830,19 +887,12 @@ fn main_view(
             egui::Color32::WHITE,
         );
     }
-    let total = model.columns as f64;
     let vis = egui::Rect::from_x_y_ranges(
         overview.left() + (view.columns.0 / total) as f32 * overview.width()
             ..=overview.left() + (view.columns.1 / total) as f32 * overview.width(),
         overview.y_range(),
     );
     painter.rect_stroke(vis, 0.0, egui::Stroke::new(1.5, egui::Color32::WHITE), egui::StrokeKind::Inside);
-    let ov = ui.interact(overview, ui.id().with("overview"), egui::Sense::click_and_drag());
-    if let Some(p) = ov.interact_pointer_pos().filter(|_| ov.clicked() || ov.dragged()) {
-        let c = f64::from((p.x - overview.left()) / overview.width()) * total;
-        let w = view.width();
-        commands.write(ViewCommand::Fit { from: c - w / 2.0, to: c + w / 2.0 });
-    }
     painter.text(
         full.min + egui::vec2(4.0, 6.0),
         egui::Align2::LEFT_TOP,
@@ -867,7 +917,7 @@ fn main_view(
         );
         if rr.drag_stopped() {
             state.drag_select = None;
-            commands.write(ViewCommand::Select(Some((a.max(0.0) as u64, b.max(0.0).ceil() as u64))));
+            commands.push(ViewCommand::Select(Some((a.max(0.0) as u64, b.max(0.0).ceil() as u64))));
             state.show_stats = true;
         }
     }
@@ -891,7 +941,6 @@ fn main_view(
     // Flamegraph bars of the newest picture.
     let matches: HashSet<u64> =
         if search.open && !search.text.is_empty() { work.names.matching(&search.text) } else { HashSet::new() };
-    let pointer = ctx.pointer_hover_pos().filter(|_| !state.ignore_pointer);
     let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
     let fill = |frame: Option<&Frame>, name: &str| {
         let Some(f) = frame else { return egui::Color32::GRAY };
@@ -905,12 +954,7 @@ fn main_view(
     let (bars, hovered_frame) = crate::paint::paint_flame(ui, flame, view, work, scroll, levels, &fill, pointer);
     report.bars.extend(bars.into_iter().map(|(name, x0, x1, depth)| (name, x0 * ppp, x1 * ppp, depth)));
 
-    // Pointer: hover, drag to pan, wheel to zoom, click for source.
-    let main_rect = egui::Rect::from_min_max(flame.min, bitmap.max);
-    let response = ui.interact(main_rect, ui.id().with("main"), egui::Sense::click_and_drag());
-    for command in crate::paint::navigate(ui, &response, flame, bitmap, pointer) {
-        commands.write(command);
-    }
+    // Pointer: hover, click for source, double click to fit.
     let hover = match state.forced_hover {
         Some((column, row)) => {
             let x = x_of(column as f64 + 0.5, bitmap);
@@ -935,7 +979,7 @@ fn main_view(
     }
     if response.double_clicked() {
         if let Some(f) = hovered_frame.and_then(|i| work.render.latest().and_then(|(_, r)| r.frames.get(i))) {
-            commands.write(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
+            commands.push(ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 });
         }
     } else if response.clicked() {
         let target = match (hover.and_then(|h| h.frame), work.inspect.latest()) {
@@ -1062,6 +1106,7 @@ fn main_view(
         crate::paint::tooltip(ctx, h.pos, &lines);
         report.tooltip = lines;
     }
+    true
 }
 
 fn frame_fill(colours: FrameColours, f: &Frame, name: &str, symbols: &decoder::symbols::Symbolizer) -> egui::Color32 {

@@ -3,7 +3,6 @@
 //! no Bevy: [`apply`] and the systems apply [`ViewCommand`]s to it.
 
 use bevy::prelude::*;
-use bevy::window::RequestRedraw;
 
 /// Fewest columns a view shows (zooming in stops there).
 pub const MIN_COLUMNS: f64 = 8.0;
@@ -212,28 +211,39 @@ pub enum ViewCommand {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Resource)]
 pub struct Selection(pub Option<(u64, u64)>);
 
-/// Applies the view commands of this frame.
+/// Applies the commands other systems sent this frame (a search's fit, a
+/// script), before the frame's UI pass: the frame shows them. The UI
+/// applies its own input itself, before it paints ([`apply_all`]).
 pub fn apply_view_commands(
     mut commands: MessageReader<ViewCommand>,
     mut view: ResMut<Viewport>,
     mut selection: ResMut<Selection>,
-    mut redraw: MessageWriter<RequestRedraw>,
 ) {
-    let mut applied = false;
-    for command in commands.read() {
-        match *command {
+    let (mut v, mut sel) = (*view, *selection);
+    if apply_all(&mut v, &mut sel, commands.read().copied()) {
+        view.set_if_neq(v);
+        selection.set_if_neq(sel);
+    }
+}
+
+/// Applies `commands` to a view and its selection, in order; whether there
+/// was any.
+pub fn apply_all(
+    view: &mut Viewport,
+    selection: &mut Selection,
+    commands: impl IntoIterator<Item = ViewCommand>,
+) -> bool {
+    let mut any = false;
+    for command in commands {
+        match command {
             ViewCommand::Select(range) => {
                 selection.0 = range.map(|(a, b)| (a.min(b), a.max(b))).filter(|(a, b)| b > a);
             }
-            other => apply(&mut view, other),
+            other => apply(view, other),
         }
-        applied = true;
+        any = true;
     }
-    if applied {
-        // This frame was drawn before the commands: the next one shows
-        // them (the old picture stretched while the new one is drawn).
-        redraw.write(RequestRedraw);
-    }
+    any
 }
 
 /// Applies a command that moves the view (a selection is not the view's:
@@ -266,27 +276,38 @@ pub struct PictureSpec {
 mod tests {
     use super::*;
 
-    /// Commands come after the frame's UI (a script's, a key's): the frame
-    /// drawn before them does not show them, so they ask for the next one,
-    /// once for all of a frame's commands.
+    /// Commands reach the view before the frame's UI pass, which shows
+    /// them: a frame without commands leaves the view (and its change
+    /// detection, which starts pictures ahead) alone.
     #[test]
-    fn view_commands_ask_for_a_frame() {
+    fn view_commands_change_the_view_only_when_given() {
+        #[derive(Resource, Default)]
+        struct Changes(u32);
         let mut app = App::new();
         app.add_plugins(MinimalPlugins)
             .insert_resource(Viewport::whole(1000.0, 64.0))
             .init_resource::<Selection>()
+            .init_resource::<Changes>()
             .add_message::<ViewCommand>()
-            .add_message::<RequestRedraw>()
-            .add_systems(Update, apply_view_commands);
-        let asked =
-            |app: &App| app.world().resource::<Messages<RequestRedraw>>().iter_current_update_messages().count();
+            .add_systems(
+                Update,
+                (apply_view_commands, |v: Res<Viewport>, mut c: ResMut<Changes>| c.0 += u32::from(v.is_changed()))
+                    .chain(),
+            );
         app.update();
-        assert_eq!(asked(&app), 0, "no command, no frame");
+        app.update();
+        assert_eq!(app.world().resource::<Changes>().0, 1, "inserted once, then untouched");
         app.world_mut().write_message(ViewCommand::Zoom { at: 0.5, factor: 0.5 });
         app.world_mut().write_message(ViewCommand::Pan(0.1));
         app.update();
-        assert_eq!(app.world().resource::<Viewport>().width(), 500.0);
-        assert_eq!(asked(&app), 1, "one frame for the frame's commands");
+        assert_eq!(app.world().resource::<Viewport>().columns, (300.0, 800.0), "zoomed, then panned");
+        assert_eq!(app.world().resource::<Changes>().0, 2);
+        app.world_mut().write_message(ViewCommand::Pan(-1.0));
+        app.update();
+        app.world_mut().write_message(ViewCommand::Pan(-1.0));
+        app.update();
+        assert_eq!(app.world().resource::<Viewport>().columns, (0.0, 500.0));
+        assert_eq!(app.world().resource::<Changes>().0, 3, "a pan past the start changes nothing");
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct Rendered {
     pub bars: Vec<FlameBar>,
     /// How long it took.
     pub took: Duration,
+    /// CPU time of the thread that drew it (the drawing's other half ran
+    /// beside it): about what it takes with the cores to itself, which
+    /// `took` is not while the renderer draws a frame on them.
+    pub cpu: Duration,
 }
 
 /// What the preview picture depends on: blocks decoded, size.
@@ -237,7 +241,7 @@ pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey) {
 
 /// The picture of `key`; `None` when cancelled.
 fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel) -> Option<Result<Rendered, String>> {
-    let started = Instant::now();
+    let (started, cpu_start) = (Instant::now(), crate::bench::thread_cpu_time());
     let (a, b) = key.columns;
     let per_pixel = (b - a) / f64::from(key.size.0.max(1));
     let (from, to) = (a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns));
@@ -260,7 +264,10 @@ fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel)
     };
     let names = |pc: u64| symbols.locate(pc).function.clone();
     match rasterize_bitmap_with_progress(model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
-        Ok(image) => Some(Ok(Rendered { image: to_egui(&image), frames, bars, took: started.elapsed() })),
+        Ok(image) => {
+            let cpu = crate::bench::thread_cpu_time().saturating_sub(cpu_start);
+            Some(Ok(Rendered { image: to_egui(&image), frames, bars, took: started.elapsed(), cpu }))
+        }
         Err(e) => outcome(e),
     }
 }
