@@ -654,7 +654,7 @@ fn main_view(
     }
     // A zoom step's frame waits a little for the step's picture. Not a
     // drag's: its frames follow the pointer.
-    if m.painted_view.is_some_and(|p| p.width() != m.view.width()) && !response.dragged() {
+    if m.painted_view.is_some_and(|p| m.view.zoomed_from(&p)) && !response.dragged() {
         let last_cost = m.picture.latest().map(|(_, d)| d.cpu);
         m.picture.wait_for_zoom_step(&key, last_cost);
     }

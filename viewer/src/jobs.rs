@@ -39,10 +39,9 @@ pub fn wake_window() {
 }
 
 /// How long a zoom step's frame waits for the step's picture
-/// ([`Job::wait_for_zoom_step`]), when the last picture took no more CPU
-/// than this to draw. On a CPU renderer
-/// (lavapipe) the frame showing the old picture stretched costs 70-110 ms
-/// of both cores at 1920x1080; drawn while the new picture is, it slowed
+/// ([`Job::wait_for_zoom_step`]). On a CPU renderer (lavapipe) the frame
+/// showing the old picture stretched costs 70-110 ms of both cores at
+/// 1920x1080; drawn while the new picture is, it slowed
 /// the picture down by about that much, and showed something stale for
 /// the whole time. A picture that comes within this time is shown sharp in
 /// the step's own frame; one that does not is stretched as before, this

@@ -866,7 +866,7 @@ fn main_view(
     work::want_render(work, l, key.clone());
     // A zoom step's frame waits a little for the step's picture. Not a
     // drag's: its frames follow the pointer.
-    if state.painted_view.is_some_and(|p| p.width() != view.width()) && !response.dragged() {
+    if state.painted_view.is_some_and(|p| view.zoomed_from(&p)) && !response.dragged() {
         let last_cost = work.render.latest().map(|(_, r)| r.cpu);
         work.render.wait_for_zoom_step(&key, last_cost);
     }

@@ -54,6 +54,12 @@ impl Viewport {
         self.rows.1 - self.rows.0
     }
 
+    /// Whether this view is at another scale than `before` (a zoom of the
+    /// columns or the rows, not a pan).
+    pub fn zoomed_from(&self, before: &Viewport) -> bool {
+        self.width() != before.width() || self.height() != before.height()
+    }
+
     /// The column at fraction `x` (0..1) of the width.
     pub fn column_at(&self, x: f64) -> f64 {
         self.columns.0 + x * self.width()
@@ -308,6 +314,20 @@ mod tests {
         app.update();
         assert_eq!(app.world().resource::<Viewport>().columns, (0.0, 500.0));
         assert_eq!(app.world().resource::<Changes>().0, 3, "a pan past the start changes nothing");
+    }
+
+    #[test]
+    fn zooms_are_told_from_pans() {
+        let before = Viewport::whole(1000.0, 64.0);
+        let mut v = before;
+        v.zoom_at(0.5, 0.5);
+        assert!(v.zoomed_from(&before), "columns zoomed");
+        let zoomed = v;
+        v.pan(0.2);
+        assert!(!v.zoomed_from(&zoomed), "a pan is not a zoom");
+        v.zoom_rows_at(0.5, 0.5);
+        assert!(v.zoomed_from(&zoomed), "rows zoomed");
+        assert!(!before.zoomed_from(&before));
     }
 
     #[test]
