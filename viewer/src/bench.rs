@@ -131,18 +131,6 @@ impl Plugin for BenchPlugin {
     }
 }
 
-/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
-pub fn thread_cpu_time() -> Duration {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `t` is a valid timespec to write; the clock id is a constant
-    // every Linux kernel supports.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
-    if !ok {
-        return Duration::ZERO;
-    }
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }

@@ -38,7 +38,7 @@ use crate::jobs::Job;
 use crate::pacing::Activity;
 use crate::session::{Loaded, Session};
 use crate::ui::UiReport;
-use crate::view::{ViewCommand, Viewport};
+use crate::view::{PaintedView, ViewCommand, Viewport};
 use crate::work::SourceText;
 
 /// Units of the address axis in the [`Viewport`]'s rows: a row range
@@ -120,7 +120,7 @@ pub struct HeapMode {
     preview_picture: Job<(u32, (u32, u32)), Arc<DrawnHeap>>,
     preview_texture: Option<(egui::TextureHandle, u32)>,
     /// The view the picture was last painted at.
-    painted_view: Option<Viewport>,
+    painted_view: PaintedView,
 }
 
 /// Heap pictures (one, or one per size class) and their pixels as an
@@ -198,7 +198,7 @@ impl Plugin for HeapPlugin {
             notice: None,
             preview_picture: Job::picture(),
             preview_texture: None,
-            painted_view: None,
+            painted_view: PaintedView::default(),
         })
         .init_resource::<UiReport>()
         .add_message::<ViewCommand>()
@@ -221,7 +221,7 @@ fn heap_ui(
     mut report: ResMut<UiReport>,
     (mut activity, mut input_shown): (ResMut<Activity>, ResMut<crate::pacing::InputShown>),
 ) -> Result {
-    let cpu_start = crate::bench::thread_cpu_time();
+    let stopwatch = crate::jobs::Stopwatch::start();
     let ctx = contexts.ctx_mut()?.clone();
     let m = &mut *mode;
     let HeapMode { session, view, .. } = m;
@@ -277,10 +277,7 @@ fn heap_ui(
     // The view moved (by the frame's input, or by commands applied before
     // the UI pass) and this frame shows it: egui's next frame would show
     // nothing new (see `InputShown`).
-    input_shown.0 = painted && m.painted_view != Some(m.view);
-    if painted {
-        m.painted_view = Some(m.view);
-    }
+    input_shown.0 = painted && m.painted_view.painted_at(m.view);
     let text = status(m, loaded.as_ref());
     crate::paint::status_line(&ctx, status_line, &text);
     report.status = text;
@@ -312,7 +309,7 @@ fn heap_ui(
             || m.window_analysis.busy()
             || m.preview_picture.busy(),
     );
-    report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
+    report.ui_cpu_ms = stopwatch.cpu().as_secs_f64() * 1e3;
     Ok(())
 }
 
@@ -556,10 +553,9 @@ fn main_view(
     let pixels =
         |r: egui::Rect| ((r.width() * ppp).round().max(16.0) as u32, (r.height() * ppp).round().max(64.0) as u32);
     let size = pixels(rect);
-    // Input first: the view it asks for is the one painted below, so
-    // the input's own frame shows where it went.
-    // Navigation: the wheel zooms events at the pointer, drag pans,
-    // Ctrl+wheel zooms addresses, Shift+wheel scrolls them.
+    // Input first, so the input's own frame shows where it went: the wheel
+    // zooms events at the pointer, drag pans, Ctrl+wheel zooms addresses,
+    // Shift+wheel scrolls them.
     let response = ui.interact(rect, ui.id().with("heap"), egui::Sense::click_and_drag());
     let pointer = ctx.pointer_hover_pos().filter(|_| !m.ignore_pointer);
     // Shift+drag selects a part of the time axis for the side panel;
@@ -623,7 +619,7 @@ fn main_view(
     for (job, k) in jobs.into_iter().take(if have_picture { 2 } else { 1 }) {
         let (model, symbols, scenes) = (l.model.clone(), l.symbols.clone(), scenes.clone());
         job.want_fallible(k.clone(), move |_| {
-            let (started, cpu_start) = (std::time::Instant::now(), crate::bench::thread_cpu_time());
+            let stopwatch = crate::jobs::Stopwatch::start();
             let view = HeapView {
                 width: k.size.0,
                 height: k.size.1,
@@ -647,14 +643,13 @@ fn main_view(
                     DrawnHeap::new(&bins.image, bins.cells)
                 }
             };
-            drawn.cpu = crate::bench::thread_cpu_time().saturating_sub(cpu_start);
-            drawn.took = started.elapsed();
+            (drawn.took, drawn.cpu) = (stopwatch.wall(), stopwatch.cpu());
             Some(Ok(Arc::new(drawn)))
         });
     }
     // A zoom step's frame waits a little for the step's picture. Not a
     // drag's: its frames follow the pointer.
-    if m.painted_view.is_some_and(|p| m.view.zoomed_from(&p)) && !response.dragged() {
+    if m.painted_view.zoomed_to(&m.view) && !response.dragged() {
         let last_cost = m.picture.latest().map(|(_, d)| d.cpu);
         m.picture.wait_for_zoom_step(&key, last_cost);
     }

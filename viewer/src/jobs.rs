@@ -50,6 +50,45 @@ pub fn wake_window() {
 /// longer than one and a half of lavapipe's frames would block it.
 pub const ZOOM_WAIT: Duration = Duration::from_millis(150);
 
+/// Wall and CPU time of work on one thread, from when it started: what a
+/// picture cost (the CPU time, unlike the wall time, is about the same
+/// whether or not the renderer draws a frame on the same cores), and what
+/// the UI pass costs.
+pub struct Stopwatch {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl Stopwatch {
+    /// Starts timing the calling thread.
+    pub fn start() -> Stopwatch {
+        Stopwatch { wall: Instant::now(), cpu: thread_cpu_time() }
+    }
+
+    /// Wall time since the start.
+    pub fn wall(&self) -> Duration {
+        self.wall.elapsed()
+    }
+
+    /// CPU time the calling thread has used since the start (call it on
+    /// the thread that started it).
+    pub fn cpu(&self) -> Duration {
+        thread_cpu_time().saturating_sub(self.cpu)
+    }
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+fn thread_cpu_time() -> Duration {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec to write; the clock id is a constant
+    // every Linux kernel supports.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    if !ok {
+        return Duration::ZERO;
+    }
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
 /// Pictures being drawn now ([`Job::picture`]).
 static PICTURES_DRAWING: AtomicUsize = AtomicUsize::new(0);
 

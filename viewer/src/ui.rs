@@ -17,7 +17,7 @@ use decoder::working_set::WorkingSetConfig;
 use crate::paint::{PictureTexture, c32, draw_ruler, rect4, short};
 use crate::search::{SearchCommand, SearchState};
 use crate::session::{Loaded, Session};
-use crate::view::{Selection, ViewCommand, Viewport};
+use crate::view::{PaintedView, Selection, ViewCommand, Viewport};
 use crate::work::{self, RenderKey, Work};
 
 /// Height of the overview strip, the ruler and a flamegraph level (points).
@@ -84,7 +84,7 @@ pub struct UiState {
     /// A message for the status line (a linked view that could not open).
     pub notice: Option<String>,
     /// The view the pictures were last painted at.
-    pub painted_view: Option<Viewport>,
+    pub painted_view: PaintedView,
     /// Width of the bitmap on screen in pixels (last frame).
     pub bitmap_pixels: f32,
     /// Size of the bitmap on screen in pixels (last frame): the picture a
@@ -140,7 +140,7 @@ impl Default for UiState {
             hover: None,
             forced_hover: None,
             ignore_pointer: false,
-            painted_view: None,
+            painted_view: PaintedView::default(),
             bitmap_pixels: 1.0,
             bitmap_size: (0, 0),
             drag_select: None,
@@ -248,7 +248,7 @@ pub fn ui_system(
     mut input_shown: ResMut<crate::pacing::InputShown>,
     mut last_generation: Local<u32>,
 ) -> Result {
-    let cpu_start = crate::bench::thread_cpu_time();
+    let stopwatch = crate::jobs::Stopwatch::start();
     let ctx = contexts.ctx_mut()?.clone();
     work.poll();
     let loaded = session.loaded.clone();
@@ -325,10 +325,7 @@ pub fn ui_system(
     // The view moved (by the frame's input, or by commands applied before
     // its UI pass), and this frame shows it: egui's next frame would show
     // nothing new (see `InputShown`).
-    let moved_and_shown = painted_after_commands && state.painted_view != Some(v);
-    if painted_after_commands {
-        state.painted_view = Some(v);
-    }
+    let moved_and_shown = painted_after_commands && state.painted_view.painted_at(v);
     // Commands given after the pictures were painted (a double click's
     // fit, a selection; all of them if there was no picture to paint)
     // show in the next frame.
@@ -343,12 +340,8 @@ pub fn ui_system(
     }
     crate::paint::status_line(&ctx, status_line, &text);
     report.status = text;
-    if v != *view {
-        *view = v;
-    }
-    if sel != *selection {
-        *selection = sel;
-    }
+    view.set_if_neq(v);
+    selection.set_if_neq(sel);
     if state.show_help {
         help(&ctx, &mut state);
     }
@@ -359,7 +352,7 @@ pub fn ui_system(
         || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
     report.complete = report.loaded && report.sharp && tooltip_ready && !report.labels_pending;
     *activity = crate::pacing::Activity::of(session.loading.is_some(), work.busy());
-    report.ui_cpu_ms = (crate::bench::thread_cpu_time() - cpu_start).as_secs_f64() * 1e3;
+    report.ui_cpu_ms = stopwatch.cpu().as_secs_f64() * 1e3;
     Ok(())
 }
 
@@ -866,7 +859,7 @@ fn main_view(
     work::want_render(work, l, key.clone());
     // A zoom step's frame waits a little for the step's picture. Not a
     // drag's: its frames follow the pointer.
-    if state.painted_view.is_some_and(|p| view.zoomed_from(&p)) && !response.dragged() {
+    if state.painted_view.zoomed_to(view) && !response.dragged() {
         let last_cost = work.render.latest().map(|(_, r)| r.cpu);
         work.render.wait_for_zoom_step(&key, last_cost);
     }

@@ -177,6 +177,27 @@ impl Viewport {
     }
 }
 
+/// The view a mode's pictures were last painted at: whether a frame's view
+/// is a zoom step (whose frame waits a little for its picture), and
+/// whether it is new (whose frame needs no second one,
+/// [`crate::pacing::InputShown`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PaintedView(Option<Viewport>);
+
+impl PaintedView {
+    /// Whether `view` is at another scale than the last painted one (none
+    /// painted yet: no).
+    pub fn zoomed_to(&self, view: &Viewport) -> bool {
+        self.0.is_some_and(|before| view.zoomed_from(&before))
+    }
+
+    /// The pictures were painted at `view`; whether they were not at the
+    /// last painting.
+    pub fn painted_at(&mut self, view: Viewport) -> bool {
+        self.0.replace(view) != Some(view)
+    }
+}
+
 /// Something the user asked of the view.
 #[derive(Clone, Copy, Debug, PartialEq, Message)]
 pub enum ViewCommand {
@@ -328,6 +349,22 @@ mod tests {
         v.zoom_rows_at(0.5, 0.5);
         assert!(v.zoomed_from(&zoomed), "rows zoomed");
         assert!(!before.zoomed_from(&before));
+    }
+
+    #[test]
+    fn painted_views_tell_new_views_and_zoom_steps() {
+        let mut painted = PaintedView::default();
+        let mut v = Viewport::whole(1000.0, 64.0);
+        assert!(!painted.zoomed_to(&v), "nothing painted yet: no zoom step");
+        assert!(painted.painted_at(v), "the first painting is new");
+        assert!(!painted.painted_at(v), "the same view again is not");
+        v.pan(0.1);
+        v.zoom_at(0.5, 0.5);
+        assert!(painted.zoomed_to(&v));
+        assert!(painted.painted_at(v));
+        v.pan(0.1);
+        assert!(!painted.zoomed_to(&v), "a pan from the last painted view");
+        assert!(painted.painted_at(v), "but a new view");
     }
 
     #[test]

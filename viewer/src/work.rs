@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bevy::prelude::*;
 use bevy_egui::egui;
@@ -241,7 +241,7 @@ pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey) {
 
 /// The picture of `key`; `None` when cancelled.
 fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel) -> Option<Result<Rendered, String>> {
-    let (started, cpu_start) = (Instant::now(), crate::bench::thread_cpu_time());
+    let stopwatch = crate::jobs::Stopwatch::start();
     let (a, b) = key.columns;
     let per_pixel = (b - a) / f64::from(key.size.0.max(1));
     let (from, to) = (a.floor().max(0.0) as u64, (b.ceil() as u64).min(model.columns));
@@ -265,8 +265,8 @@ fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel)
     let names = |pc: u64| symbols.locate(pc).function.clone();
     match rasterize_bitmap_with_progress(model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
         Ok(image) => {
-            let cpu = crate::bench::thread_cpu_time().saturating_sub(cpu_start);
-            Some(Ok(Rendered { image: to_egui(&image), frames, bars, took: started.elapsed(), cpu }))
+            let (took, cpu) = (stopwatch.wall(), stopwatch.cpu());
+            Some(Ok(Rendered { image: to_egui(&image), frames, bars, took, cpu }))
         }
         Err(e) => outcome(e),
     }
