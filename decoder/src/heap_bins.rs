@@ -20,7 +20,7 @@ use crate::allocations::AllocationRecord;
 use crate::heap::SizeClass;
 use crate::heap_raster::{HeapPicture, HeapView, MIN_PICTURE_HEIGHT, TimeWindow, render_scene};
 use crate::heap_scene::{HeapScene, HeapScenes};
-use crate::raster::{Colour, Image};
+use crate::raster::{Colour, FunctionNames, Image};
 
 /// Half-width of a cushion cursor, in pixels: opacity reaches 0 there.
 pub const CURSOR_RADIUS_PX: f64 = 14.0;
@@ -123,7 +123,7 @@ pub fn render_bins(
     events: u64,
     view: &HeapView,
     layout: BinLayout,
-    name: &dyn Fn(u64) -> String,
+    name: FunctionNames<'_>,
 ) -> Result<BinPictures, BinsError> {
     let classes: Vec<(SizeClass, Arc<HeapScene>)> = SizeClass::ALL
         .into_iter()
@@ -153,21 +153,10 @@ pub fn render_bins(
             BinLayout::Time => (0, i * (picture.image.height + BIN_GAP)),
             BinLayout::Address => (i * (picture.image.width + BIN_GAP), 0),
         };
-        copy_into(&mut image, &picture.image, left, top);
+        image.copy_from(&picture.image, left, top);
         cells.push(BinCell { left, top, picture });
     }
     Ok(BinPictures { image, cells })
-}
-
-/// Copies `from` into `to` with its top left corner at (`left`, `top`),
-/// clipped to `to`.
-fn copy_into(to: &mut Image, from: &Image, left: u32, top: u32) {
-    let w = from.width.min(to.width.saturating_sub(left)) as usize;
-    for y in 0..from.height.min(to.height.saturating_sub(top)) {
-        let src = y as usize * from.width as usize * 4;
-        let dst = ((top + y) as usize * to.width as usize + left as usize) * 4;
-        to.rgba[dst..dst + w * 4].copy_from_slice(&from.rgba[src..src + w * 4]);
-    }
 }
 
 /// Opacity of a cushion cursor `distance` pixels from its centre, at

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use crate::allocations::AllocationRecord;
 use crate::heap::{SizeClass, address_regions, extent, is_heap_block};
 use crate::heap_scene::{HeapScene, OccupancyStep};
-use crate::raster::{Colour, Image, frame_colour, importance, spare_grids};
+use crate::raster::{Colour, FunctionNames, Image, frame_colour, importance, spare_grids};
 
 /// Fewest pixels a region gets.
 pub const MIN_REGION_PX: f64 = 6.0;
@@ -320,17 +320,12 @@ pub const CLASS_COLOURS: [Colour; 4] = [[0.35, 0.75, 0.95], [0.45, 0.85, 0.45], 
 /// Draws the heap blocks of `records` (a run of `events` allocation
 /// events); `name` gives a callsite's function. (A viewer drawing many
 /// pictures of one run keeps its scenes: [`render_scene`].)
-pub fn render_heap(
-    records: &[AllocationRecord],
-    events: u64,
-    view: &HeapView,
-    name: &dyn Fn(u64) -> String,
-) -> HeapPicture {
+pub fn render_heap(records: &[AllocationRecord], events: u64, view: &HeapView, name: FunctionNames<'_>) -> HeapPicture {
     render_scene(&HeapScene::new(records, events, view.clock, view.class), view, name)
 }
 
 /// Draws `scene` (made for `view.clock` and `view.class`) for `view`.
-pub fn render_scene(scene: &HeapScene, view: &HeapView, name: &dyn Fn(u64) -> String) -> HeapPicture {
+pub fn render_scene(scene: &HeapScene, view: &HeapView, name: FunctionNames<'_>) -> HeapPicture {
     let (w, h) = (view.width.max(1), view.height.max(MIN_PICTURE_HEIGHT));
     let main_h = h - OCCUPANCY_PX - OCCUPANCY_GAP;
     let axis = scene.axis;
@@ -346,82 +341,28 @@ pub fn render_scene(scene: &HeapScene, view: &HeapView, name: &dyn Fn(u64) -> St
             ..b
         })
         .collect();
-    let mut image = Image::new(w, h, BACKGROUND);
-    // Malloc's blocks, and the custom allocators' drawn over them.
-    let pixels = w as usize * main_h as usize;
-    let mut cells = spare_grids::take(pixels);
-    // Custom allocators' blocks, over malloc's: a second layer only when
-    // there are some (40 bytes a pixel: 70 MB at 1920x1000).
-    let mut inner = if scene.blocks.iter().any(|b| b.custom) { spare_grids::take(pixels) } else { Vec::new() };
     let window = TimeWindow { from, span, width: w };
-    let x_of = |t: f64| window.x(t).clamp(-1.0, f64::from(w) + 1.0);
-    let mut names: HashMap<u64, Colour> = HashMap::new();
-    for r in &scene.blocks {
-        // Outside the window first: at high zoom, that is most blocks.
-        let (x0, x1) = (x_of(r.start), x_of(r.end).max(x_of(r.start) + 1e-3));
-        if x1 <= 0.0 || x0 >= f64::from(w) {
-            continue;
+    let mut image = Image::new(w, h, BACKGROUND);
+    let paint = |columns: (u32, u32)| paint_blocks(scene, view, &bands, &window, main_h, columns, name);
+    // Two halves at once: the work is per block crossing a pixel, and a
+    // scene of a million allocator calls took 225 ms of CPU for the whole
+    // run on one thread. Every pixel is painted by one half, from the same
+    // blocks in the same order, so the picture is the one-thread picture.
+    if w >= MIN_SPLIT_WIDTH && scene.blocks.len() >= MIN_SPLIT_BLOCKS {
+        let k = w / 2;
+        let (left, right) = std::thread::scope(|s| {
+            let right = s.spawn(|| paint((k, w)));
+            (paint((0, k)), right.join())
+        });
+        image.copy_from(&left, 0, 0);
+        // A panic of the other half is this thread's to raise (the same
+        // code just ran here).
+        match right {
+            Ok(right) => image.copy_from(&right, k, 0),
+            Err(panic) => std::panic::resume_unwind(panic),
         }
-        let cells = if r.custom { &mut inner } else { &mut cells };
-        let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
-        if band.bottom <= 0.0 || band.top >= f64::from(main_h) {
-            continue;
-        }
-        let x0 = x0.max(0.0);
-        let (y0, y1) = (band.y(r.address), band.y(r.address.saturating_add(r.size.max(1))));
-        let y1 = y1.max(y0 + 1e-3);
-        if y1 <= 0.0 || y0 >= f64::from(main_h) {
-            continue;
-        }
-        let y0 = y0.max(0.0);
-        let base = match view.colour_by {
-            HeapColourBy::Function => *names.entry(r.callsite).or_insert_with(|| frame_colour(&name(r.callsite))),
-            HeapColourBy::Thread => frame_colour(&format!("thread {}", r.thread)),
-            HeapColourBy::SizeClass => CLASS_COLOURS[SizeClass::of(r.size) as usize],
-            HeapColourBy::Lifetime => {
-                if r.freed {
-                    let t = ((r.end - r.start).max(0.0) + 1.0).ln() / (axis.extent + 1.0).ln();
-                    [0.2 + 0.75 * t, 0.35, 0.95 - 0.75 * t]
-                } else {
-                    [0.6, 0.6, 0.6]
-                }
-            }
-        };
-        for py in (y0.floor() as u32)..(y1.ceil() as u32).min(main_h) {
-            let fy = (y1.min(f64::from(py) + 1.0) - y0.max(f64::from(py))).max(0.0);
-            let centre = ((f64::from(py) + 0.5).clamp(y0, y1) - y0) / (y1 - y0);
-            let shade = view.cushion.shade(centre);
-            let colour = base.map(|c| c * shade);
-            // The pixels a block crosses whole (`fx` 1) share one weight: a
-            // long-lived block spans the picture, and `powf` per pixel was
-            // most of a zoomed-in picture's time. (Blocks narrower than a
-            // pixel cross none: no `powf` for them.)
-            let whole = if x1 - x0 >= 1.0 { importance(fy, view.alpha) } else { 0.0 };
-            for px in (x0.floor() as u32)..(x1.ceil() as u32).min(w) {
-                let fx = (x1.min(f64::from(px) + 1.0) - x0.max(f64::from(px))).max(0.0);
-                let f = fx * fy;
-                if f <= 0.0 {
-                    continue;
-                }
-                let weight = if fx == 1.0 { whole } else { importance(f, view.alpha) };
-                cells[py as usize * w as usize + px as usize].add_weighted(f, weight, colour);
-            }
-        }
-    }
-    for y in 0..main_h {
-        for x in 0..w {
-            let i = y as usize * w as usize + x as usize;
-            let inner_cell = inner.get(i).filter(|c| !c.is_empty());
-            if cells[i].is_empty() && inner_cell.is_none() {
-                continue; // the background `image` was filled with
-            }
-            let under = cells[i].resolve(BACKGROUND, view.alpha);
-            image.set(x, y, inner_cell.map_or(under, |c| c.resolve(under, view.alpha)));
-        }
-    }
-    spare_grids::give_back(cells);
-    if !inner.is_empty() {
-        spare_grids::give_back(inner);
+    } else {
+        image.copy_from(&paint((0, w)), 0, 0);
     }
     for pair in bands.windows(2) {
         let (from, to) = (pair[0].bottom, pair[1].top);
@@ -449,6 +390,105 @@ pub fn render_scene(scene: &HeapScene, view: &HeapView, name: &dyn Fn(u64) -> St
         }
     }
     HeapPicture { image, bands, occupancy_top, axis, window, class: view.class }
+}
+
+/// Pictures wider than this, of more blocks than [`MIN_SPLIT_BLOCKS`], are
+/// painted in two halves at once ([`render_scene`]).
+const MIN_SPLIT_WIDTH: u32 = 64;
+/// Scenes of fewer blocks are painted on one thread: a thread's start
+/// would cost more than it saves.
+const MIN_SPLIT_BLOCKS: usize = 2_000;
+
+/// The blocks of `scene` painted over pixel columns `[columns.0,
+/// columns.1)` of the main area (`main_h` rows of the `bands`' layout, x by
+/// `window`): a picture of those columns only, the background where no
+/// block is. Malloc's blocks, and the custom allocators' drawn over them.
+fn paint_blocks(
+    scene: &HeapScene,
+    view: &HeapView,
+    bands: &[RegionBand],
+    window: &TimeWindow,
+    main_h: u32,
+    (first_px, end_px): (u32, u32),
+    name: FunctionNames<'_>,
+) -> Image {
+    let (w, pw) = (window.width, end_px - first_px);
+    let mut image = Image::new(pw, main_h, BACKGROUND);
+    let pixels = pw as usize * main_h as usize;
+    let mut cells = spare_grids::take(pixels);
+    // Custom allocators' blocks, over malloc's: a second layer only when
+    // there are some (40 bytes a pixel: 70 MB at 1920x1000).
+    let mut inner = if scene.blocks.iter().any(|b| b.custom) { spare_grids::take(pixels) } else { Vec::new() };
+    let x_of = |t: f64| window.x(t).clamp(-1.0, f64::from(w) + 1.0);
+    let mut names: HashMap<u64, Colour> = HashMap::new();
+    for r in &scene.blocks {
+        // Outside the columns first: at high zoom, that is most blocks.
+        let (x0, x1) = (x_of(r.start), x_of(r.end).max(x_of(r.start) + 1e-3));
+        if x1 <= f64::from(first_px) || x0 >= f64::from(end_px) {
+            continue;
+        }
+        let cells = if r.custom { &mut inner } else { &mut cells };
+        let Some(band) = bands.iter().find(|b| r.address >= b.start && r.address < b.end) else { continue };
+        if band.bottom <= 0.0 || band.top >= f64::from(main_h) {
+            continue;
+        }
+        let x0 = x0.max(0.0);
+        let (y0, y1) = (band.y(r.address), band.y(r.address.saturating_add(r.size.max(1))));
+        let y1 = y1.max(y0 + 1e-3);
+        if y1 <= 0.0 || y0 >= f64::from(main_h) {
+            continue;
+        }
+        let y0 = y0.max(0.0);
+        let base = match view.colour_by {
+            HeapColourBy::Function => *names.entry(r.callsite).or_insert_with(|| frame_colour(&name(r.callsite))),
+            HeapColourBy::Thread => frame_colour(&format!("thread {}", r.thread)),
+            HeapColourBy::SizeClass => CLASS_COLOURS[SizeClass::of(r.size) as usize],
+            HeapColourBy::Lifetime => {
+                if r.freed {
+                    let t = ((r.end - r.start).max(0.0) + 1.0).ln() / (scene.axis.extent + 1.0).ln();
+                    [0.2 + 0.75 * t, 0.35, 0.95 - 0.75 * t]
+                } else {
+                    [0.6, 0.6, 0.6]
+                }
+            }
+        };
+        for py in (y0.floor() as u32)..(y1.ceil() as u32).min(main_h) {
+            let fy = (y1.min(f64::from(py) + 1.0) - y0.max(f64::from(py))).max(0.0);
+            let centre = ((f64::from(py) + 0.5).clamp(y0, y1) - y0) / (y1 - y0);
+            let shade = view.cushion.shade(centre);
+            let colour = base.map(|c| c * shade);
+            // The pixels a block crosses whole (`fx` 1) share one weight: a
+            // long-lived block spans the picture, and `powf` per pixel was
+            // most of a zoomed-in picture's time. (Blocks narrower than a
+            // pixel cross none: no `powf` for them.)
+            let whole = if x1 - x0 >= 1.0 { importance(fy, view.alpha) } else { 0.0 };
+            for px in (x0.floor() as u32).max(first_px)..(x1.ceil() as u32).min(end_px) {
+                let fx = (x1.min(f64::from(px) + 1.0) - x0.max(f64::from(px))).max(0.0);
+                let f = fx * fy;
+                if f <= 0.0 {
+                    continue;
+                }
+                let weight = if fx == 1.0 { whole } else { importance(f, view.alpha) };
+                cells[py as usize * pw as usize + (px - first_px) as usize].add_weighted(f, weight, colour);
+            }
+        }
+    }
+    for y in 0..main_h {
+        for x in 0..pw {
+            let i = y as usize * pw as usize + x as usize;
+            let inner_cell = inner.get(i).filter(|c| !c.is_empty());
+            if cells[i].is_empty() && inner_cell.is_none() {
+                continue; // the background `image` was filled with
+            }
+            let under = cells[i].resolve(BACKGROUND, view.alpha);
+            image.set(x, y, inner_cell.map_or(under, |c| c.resolve(under, view.alpha)));
+        }
+    }
+    spare_grids::give_back(cells);
+    if !inner.is_empty() {
+        spare_grids::give_back(inner);
+    }
+    image
 }
 
 /// The part of the address axis (fractions of the layout's height, as
@@ -572,6 +612,22 @@ mod tests {
         AllocationRecord::test_block(AllocKind::Malloc, address, size, alloc, free)
     }
 
+    /// `count` blocks of four sizes at random addresses of a 256 KiB region,
+    /// allocated at random among `events`, two in three freed within
+    /// `longest` events, from five call sites.
+    fn random_blocks(seed: u64, count: usize, events: u64, longest: u64) -> Vec<AllocationRecord> {
+        let mut next = crate::xorshift(seed);
+        (0..count)
+            .map(|_| {
+                let alloc = next() % events;
+                let free = (!next().is_multiple_of(3)).then(|| alloc + 1 + next() % longest);
+                let size = [16, 48, 200, 3000][(next() % 4) as usize];
+                let b = block(0x10_0000 + (next() % 0x4000) * 16, size, alloc, free);
+                AllocationRecord { callsite: next() % 5, ..b }
+            })
+            .collect()
+    }
+
     fn view(alpha: f64) -> HeapView {
         HeapView { alpha, ..HeapView::for_tests(100, 100 + OCCUPANCY_PX + OCCUPANCY_GAP) }
     }
@@ -632,22 +688,44 @@ mod tests {
         assert_eq!(axis.block_at(&records, 0x1010, 50.0).map(|b| b.allocator), Some(None));
     }
 
+    /// A scene large enough to be painted in two halves at once: its
+    /// picture is, byte for byte, the one painted on one thread (blocks
+    /// across the middle, a custom allocator's blocks over malloc's,
+    /// colours by function through the names).
+    #[test]
+    fn two_halves_paint_the_one_thread_picture() {
+        let events = 5000;
+        let mut records = random_blocks(0x51_7cc1_b727_220a, 3000, events, 3000);
+        for b in records.iter_mut().step_by(10) {
+            b.allocator = Some(3);
+        }
+        let (w, main_h) = (301u32, 120u32);
+        let v = HeapView {
+            alpha: 0.6,
+            colour_by: HeapColourBy::Function,
+            ..HeapView::for_tests(w, main_h + OCCUPANCY_PX + OCCUPANCY_GAP)
+        };
+        let scene = HeapScene::new(&records, events, Clock::Events, None);
+        assert!(scene.blocks.len() >= MIN_SPLIT_BLOCKS && w >= MIN_SPLIT_WIDTH, "the scene is split");
+        let name = |pc: u64| format!("f{pc}");
+        let p = render_scene(&scene, &v, &name);
+        let whole = paint_blocks(&scene, &v, &p.bands, &p.window, main_h, (0, w), &name);
+        let painted = (0..main_h).flat_map(|y| (0..w).map(move |x| (x, y)));
+        let background = to_rgba8(BACKGROUND);
+        assert!(painted.clone().filter(|&(x, y)| whole.pixel(x, y) != background).count() > 1000, "blocks drawn");
+        for (x, y) in painted {
+            assert_eq!(p.image.pixel(x, y), whole.pixel(x, y), "pixel ({x}, {y})");
+        }
+    }
+
     /// Random blocks, most narrower than a pixel, at alpha 0.6: every
     /// pixel is within a level of the formula applied straight, block by
     /// block and pixel by pixel, with the weight of the whole fraction a
     /// block covers (a faster drawing must keep to this).
     #[test]
     fn painted_blocks_match_the_formula_pixel_by_pixel() {
-        let mut next = crate::xorshift(0x9e37_79b9_7f4a_7c15u64);
         let events = 2000;
-        let records: Vec<AllocationRecord> = (0..300)
-            .map(|_| {
-                let alloc = next() % events;
-                let free = (!next().is_multiple_of(3)).then(|| alloc + 1 + next() % 40);
-                let size = [16, 48, 200, 3000][(next() % 4) as usize];
-                block(0x10_0000 + (next() % 0x4000) * 16, size, alloc, free)
-            })
-            .collect();
+        let records = random_blocks(0x9e37_79b9_7f4a_7c15, 300, events, 40);
         let (w, main_h) = (260u32, 260u32);
         let v = HeapView { alpha: 0.6, ..HeapView::for_tests(w, main_h + OCCUPANCY_PX + OCCUPANCY_GAP) };
         let scene = HeapScene::new(&records, events, Clock::Events, None);

@@ -283,6 +283,17 @@ impl Image {
         [self.rgba[i], self.rgba[i + 1], self.rgba[i + 2], self.rgba[i + 3]]
     }
 
+    /// Copies `from` into this image with its top left corner at (`left`,
+    /// `top`), cut where it runs over the edges.
+    pub fn copy_from(&mut self, from: &Image, left: u32, top: u32) {
+        let w = from.width.min(self.width.saturating_sub(left)) as usize;
+        for y in 0..from.height.min(self.height.saturating_sub(top)) {
+            let src = y as usize * from.width as usize * 4;
+            let dst = ((top + y) as usize * self.width as usize + left as usize) * 4;
+            self.rgba[dst..dst + w * 4].copy_from_slice(&from.rgba[src..src + w * 4]);
+        }
+    }
+
     /// Sets a pixel (ignored outside the image).
     pub fn set(&mut self, x: u32, y: u32, c: Colour) {
         if x < self.width && y < self.height {
@@ -1018,13 +1029,8 @@ fn in_two_halves(
     });
     let (l, r) = (l?, r?);
     let mut image = Image::new(view.width, view.height, palette.background);
-    for y in 0..view.height as usize {
-        let row = y * view.width as usize * 4;
-        image.rgba[row..row + l.width as usize * 4]
-            .copy_from_slice(&l.rgba[y * l.width as usize * 4..(y + 1) * l.width as usize * 4]);
-        image.rgba[row + l.width as usize * 4..row + view.width as usize * 4]
-            .copy_from_slice(&r.rgba[y * r.width as usize * 4..(y + 1) * r.width as usize * 4]);
-    }
+    image.copy_from(&l, 0, 0);
+    image.copy_from(&r, l.width, 0);
     Ok(image)
 }
 
