@@ -5,7 +5,11 @@
 //! which scripts the session and reports:
 //! - time to the first picture (the preview while decoding), goal < 1 s,
 //!   counted from the viewer's launch (`viewer::run`, before Bevy starts);
-//! - time to the decoded trace, goal < 6 s on 2 cores;
+//! - time to the decoded trace, goal < 6 s on 2 cores, and its ratio to a
+//!   peer run between the sessions: `valgrind --tool=cachegrind` on
+//!   examples/c/miss_heavy.c, a program making the trace's reads (cachegrind
+//!   simulates the same caches the decoder does; the decoder also keeps the
+//!   working set, reuse distances and the summary);
 //! - per frame while panning, p50 and p99 of the update's wall time and
 //!   of the UI pass's thread CPU time, goal p99 < 16 ms;
 //! - latency from each zoom step to the sharp picture, at every zoom from
@@ -61,6 +65,7 @@ fn main() {
     let sessions: usize =
         std::env::var("LINETRACE_BENCH_SESSIONS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(3).max(1);
     let dir = std::env::temp_dir();
+    let cachegrind_peer = build_cachegrind_peer(&dir);
     for &reads in &sizes {
         let path: PathBuf = dir.join(format!("linetrace-view-bench-{reads}-{}.lntrace", std::process::id()));
         let t = Instant::now();
@@ -69,17 +74,27 @@ fn main() {
         let json = path.with_extension("json");
         measure_session(linetrace, &[], &path, &json, &format!("view {reads} reads"));
         let mut decoded = vec![decoded_ms(&json)];
+        // The peer runs between the sessions, so that both see the same
+        // machine (its speed has moved by 2x between days).
+        let mut peer: Vec<f64> = cachegrind_peer.iter().filter_map(|p| cachegrind_seconds(p, reads)).collect();
         for _ in 1..sessions {
             run_session(linetrace, &[], &path, &json);
             decoded.push(decoded_ms(&json));
+            peer.extend(cachegrind_peer.iter().filter_map(|p| cachegrind_seconds(p, reads)));
         }
         let each: Vec<String> = decoded.iter().map(|ms| format!("{ms:.0}")).collect();
-        println!(
-            "  decoded, {} sessions  median {:.0} ms ({} ms)",
-            decoded.len(),
-            percentile(&mut decoded, 0.5),
-            each.join(", ")
-        );
+        let decoded_median = percentile(&mut decoded, 0.5);
+        println!("  decoded, {} sessions  median {decoded_median:.0} ms ({} ms)", decoded.len(), each.join(", "));
+        if !peer.is_empty() {
+            let each: Vec<String> = peer.iter().map(|s| format!("{s:.1}")).collect();
+            let peer_median = percentile(&mut peer, 0.5);
+            println!(
+                "  peer: cachegrind of examples/c/miss_heavy.c, the same reads: median {peer_median:.2} s ({} s); \
+                 decoded / cachegrind {:.2}",
+                each.join(", "),
+                decoded_median / 1e3 / peer_median
+            );
+        }
 
         // render of the whole trace, from the summary.
         let png = path.with_extension("png");
@@ -121,6 +136,41 @@ fn main() {
         }
     }
     allocations_view(linetrace, &dir);
+    if let Some(bin) = cachegrind_peer {
+        let _ = std::fs::remove_file(bin);
+    }
+}
+
+/// examples/c/miss_heavy.c built into `dir`, when valgrind is there to run
+/// it (the peer is skipped, with a word, when it is not).
+fn build_cachegrind_peer(dir: &Path) -> Option<PathBuf> {
+    let valgrind = Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !valgrind {
+        eprintln!("valgrind not found: no cachegrind peer for the decoding time");
+        return None;
+    }
+    let bin = dir.join(format!("linetrace-view-bench-miss_heavy-{}", std::process::id()));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/c/miss_heavy.c");
+    let built = Command::new("gcc").args(["-O2", "-g"]).arg(&src).arg("-o").arg(&bin).status();
+    assert!(built.is_ok_and(|s| s.success()), "gcc failed on {}", src.display());
+    Some(bin)
+}
+
+/// Wall seconds of `valgrind --tool=cachegrind --cache-sim=yes` running
+/// `program` for `reads` reads: the accesses the synthetic trace holds,
+/// simulated through a cache hierarchy as the decoder does. `None` (and a
+/// word) if it fails.
+fn cachegrind_seconds(program: &Path, reads: u64) -> Option<f64> {
+    let (secs, _, ok, _, err) = run_measured(
+        Command::new("valgrind")
+            .args(["--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null"])
+            .arg(program)
+            .arg(reads.to_string()),
+    );
+    if !ok {
+        eprintln!("cachegrind peer failed: {err}");
+    }
+    ok.then_some(secs)
 }
 
 /// Runs `view MODE_ARGS TRACE --bench-json JSON` headless at 1920x1080 and
