@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 
 use crate::allocations::AllocationRecord;
+use crate::drawing_threads::second_thread_allowed;
 use crate::heap::{SizeClass, address_regions, extent, is_heap_block};
 use crate::heap_scene::{HeapScene, OccupancyStep};
 use crate::raster::{Colour, FunctionNames, Image, frame_colour, importance, spare_grids};
@@ -348,7 +349,7 @@ pub fn render_scene(scene: &HeapScene, view: &HeapView, name: FunctionNames<'_>)
     // scene of a million allocator calls took 225 ms of CPU for the whole
     // run on one thread. Every pixel is painted by one half, from the same
     // blocks in the same order, so the picture is the one-thread picture.
-    if w >= MIN_SPLIT_WIDTH && scene.blocks.len() >= MIN_SPLIT_BLOCKS {
+    if w >= MIN_SPLIT_WIDTH && scene.blocks.len() >= MIN_SPLIT_BLOCKS && second_thread_allowed() {
         let k = w / 2;
         let (left, right) = std::thread::scope(|s| {
             let right = s.spawn(|| paint((k, w)));
@@ -393,7 +394,8 @@ pub fn render_scene(scene: &HeapScene, view: &HeapView, name: FunctionNames<'_>)
 }
 
 /// Pictures wider than this, of more blocks than [`MIN_SPLIT_BLOCKS`], are
-/// painted in two halves at once ([`render_scene`]).
+/// painted in two halves at once ([`render_scene`]; not when drawn
+/// [`crate::drawing_threads::on_one_thread`]).
 const MIN_SPLIT_WIDTH: u32 = 64;
 /// Scenes of fewer blocks are painted on one thread: a thread's start
 /// would cost more than it saves.

@@ -28,6 +28,7 @@ pub mod compare;
 pub mod cursor;
 mod decode;
 pub mod diff;
+pub mod drawing_threads;
 mod error;
 mod hashing;
 pub mod heap;

@@ -34,6 +34,7 @@ use crate::DecodeError;
 use crate::allocations::AllocationIndex;
 use crate::calltree::Frame;
 use crate::cursor::ColumnCursor;
+use crate::drawing_threads::second_thread_allowed;
 use crate::model::Model;
 use crate::pyramid::SummaryCell;
 use crate::spans::{CellMeans, RowMerger, SpanAccumulator, SpanRow};
@@ -997,9 +998,10 @@ const MIN_SPLIT_PIXELS: u32 = 64;
 /// Draws `view` as two pictures at once, of the pixels left and right of a
 /// pixel edge, with `part` (a thread each; this thread's part reports the
 /// progress of both), and puts them side by side; a view of fewer than
-/// `min_columns` columns or [`MIN_SPLIT_PIXELS`] pixels is `part` of the
-/// whole. Every pixel is drawn by one part, from the same cells, so the
-/// picture is the one `part` would draw of the whole view.
+/// `min_columns` columns or [`MIN_SPLIT_PIXELS`] pixels, or drawn
+/// [`crate::drawing_threads::on_one_thread`], is `part` of the whole.
+/// Every pixel is drawn by one part, from the same cells, so the picture
+/// is the one `part` would draw of the whole view.
 fn in_two_halves(
     view: &BitmapView,
     palette: &Palette,
@@ -1008,7 +1010,7 @@ fn in_two_halves(
     part: impl Fn(&BitmapView, Progress<'_>) -> Result<Image, DecodeError> + Sync,
 ) -> Result<Image, DecodeError> {
     let (a, b) = view.columns;
-    if b - a < min_columns || view.width < MIN_SPLIT_PIXELS {
+    if b - a < min_columns || view.width < MIN_SPLIT_PIXELS || !second_thread_allowed() {
         return part(view, progress);
     }
     let k = view.width / 2;

@@ -31,7 +31,7 @@ use crate::pacing::Activity;
 use crate::paint::{self, BAR_H, PictureTexture, c32, rect4, short};
 use crate::session::{Loaded, Session};
 use crate::ui::{Hover, PaneReport, UiReport};
-use crate::view::{ViewCommand, Viewport};
+use crate::view::{PictureThreads, ViewCommand, Viewport};
 use crate::work::{self, RenderKey, Work};
 use crate::{ScreenshotRequest, ViewerOptions};
 
@@ -509,7 +509,7 @@ fn pane_view(
     // The picture of this view.
     let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
     let key = RenderKey::of_view(l.generation, &view, size, 1.0, colour_by);
-    work::want_render(&mut pane.work, l, key.clone());
+    work::want_render(&mut pane.work, l, key.clone(), PictureThreads::Two);
     let shown =
         pane.picture.paint(ui, if side == Side::A { "bitmap-a" } else { "bitmap-b" }, &pane.work, &view, bitmap, &key);
     if shown.error.is_some() {

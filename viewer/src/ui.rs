@@ -367,7 +367,7 @@ pub fn render_ahead(session: Res<Session>, view: Res<Viewport>, state: Res<UiSta
         return;
     }
     let key = RenderKey::of_view(l.generation, &view, (width, height), state.alpha, state.colour_by);
-    work::want_render(&mut work, l, key);
+    work::want_render(&mut work, l, key, state.painted_view.picture_threads(&view));
 }
 
 fn keyboard(
@@ -856,7 +856,7 @@ fn main_view(
     state.bitmap_pixels = size.0 as f32;
     state.bitmap_size = size;
     let key = RenderKey::of_view(l.generation, view, size, state.alpha, state.colour_by);
-    work::want_render(work, l, key.clone());
+    work::want_render(work, l, key.clone(), state.painted_view.picture_threads(view));
     // A zoom step's frame waits a little for the step's picture. Not a
     // drag's: its frames follow the pointer.
     if state.painted_view.zoomed_to(view) && !response.dragged() {

@@ -24,7 +24,7 @@ use decoder::tables::{AccessRow, Grouping, access_table};
 
 use crate::jobs::{Cancel, Job};
 use crate::session::Loaded;
-use crate::view::Viewport;
+use crate::view::{PictureThreads, Viewport};
 
 /// What a picture of the view depends on.
 #[derive(Clone, Debug, PartialEq)]
@@ -232,11 +232,11 @@ fn to_egui(image: &Image) -> egui::ColorImage {
     egui::ColorImage::from_rgba_unmultiplied([image.width as usize, image.height as usize], &image.rgba)
 }
 
-/// Starts the picture of `key`.
-pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey) {
+/// Starts the picture of `key`, on as many threads as `threads` allows.
+pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey, threads: PictureThreads) {
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
     let k = key.clone();
-    work.render.want_fallible(key, move |cancel| render(&model, &symbols, &k, &cancel));
+    work.render.want_fallible(key, move |cancel| threads.draw(|| render(&model, &symbols, &k, &cancel)));
 }
 
 /// The picture of `key`; `None` when cancelled.

@@ -1,0 +1,58 @@
+//! Whether a picture may take a second thread.
+//!
+//! Large pictures are drawn in two halves at once, a thread each
+//! ([`crate::raster`]'s bitmaps, [`crate::heap_raster`]'s heaps): on two
+//! cores a zoom step's picture comes in about half the time. A caller that
+//! needs the other core for itself draws on one thread instead,
+//! [`on_one_thread`]: a viewer whose frames follow a pan (a picture per
+//! frame, each soon replaced) keeps a core for its frames.
+//!
+//! ```
+//! use decoder::drawing_threads::{on_one_thread, second_thread_allowed};
+//! assert!(second_thread_allowed());
+//! on_one_thread(|| assert!(!second_thread_allowed()));
+//! assert!(second_thread_allowed());
+//! ```
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Set while the calling thread draws on its own.
+    static ONE_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `draw` with every picture it makes drawn on the calling thread
+/// alone (the same pictures: a second thread only shares out the pixels).
+pub fn on_one_thread<T>(draw: impl FnOnce() -> T) -> T {
+    /// Puts the flag back as it was, also when `draw` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ONE_THREAD.with(|one| one.set(self.0));
+        }
+    }
+    let _restore = Restore(ONE_THREAD.with(|one| one.replace(true)));
+    draw()
+}
+
+/// Whether a picture drawn now may take a second thread.
+pub fn second_thread_allowed() -> bool {
+    !ONE_THREAD.with(Cell::get)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_thread_holds_inside_only_and_after_a_panic_is_lifted() {
+        let nested = on_one_thread(|| on_one_thread(second_thread_allowed) || second_thread_allowed());
+        assert!(!nested, "inside, also after a nested call ended");
+        assert!(second_thread_allowed());
+        let panicked = std::panic::catch_unwind(|| on_one_thread(|| panic!("drawing failed")));
+        assert!(panicked.is_err());
+        assert!(second_thread_allowed(), "lifted after the panic");
+        let other = on_one_thread(|| std::thread::spawn(second_thread_allowed).join().expect("joins"));
+        assert!(other, "another thread is not held");
+    }
+}
