@@ -978,6 +978,15 @@ fn rasterize_blocks_part(
 /// bench --bench decode -- --draw`).
 const PARALLEL_SPAN_COLUMNS: f64 = 10_000.0;
 
+/// Pictures at least this wide are drawn from spans in two halves
+/// whatever their columns: their spans alone are worth a second thread.
+/// (Span drawing starts above [`EXACT_COLUMNS_PER_PIXEL`], so a viewer's
+/// bitmap of 1,700 pixels is under [`PARALLEL_SPAN_COLUMNS`] up to 5.9
+/// columns a pixel: drawn on one thread, such a step of the 10M-read
+/// benchmark trace took 114-132 ms, against 64-79 ms for the split step
+/// at twice the columns a pixel.)
+const PARALLEL_SPAN_PIXELS: u32 = 512;
+
 /// Drawing by summing spans, one per pixel, while replaying the range. A
 /// long range is drawn in two halves at once, split on a pixel edge (the
 /// result is the same: every pixel is its own span).
@@ -987,7 +996,8 @@ pub fn rasterize_from_spans(
     palette: &Palette,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
-    in_two_halves(view, palette, PARALLEL_SPAN_COLUMNS, progress, |half, progress| {
+    let min_columns = if view.width >= PARALLEL_SPAN_PIXELS { 0.0 } else { PARALLEL_SPAN_COLUMNS };
+    in_two_halves(view, palette, min_columns, progress, |half, progress| {
         rasterize_spans_part(model, half, palette, progress)
     })
 }

@@ -217,6 +217,30 @@ fn zoomed_out_pictures_agree_with_the_exact_one() {
     }
 }
 
+/// A view drawn from spans in two halves at once (wide enough to split,
+/// whatever its columns) is the picture drawn on one thread: every pixel
+/// is its own span, and each half replays to its first from a snapshot.
+#[test]
+fn spans_in_two_halves_are_the_picture_drawn_on_one_thread() {
+    let path = trace(11, 60_000, 80, 1 << 20);
+    let model = Model::decode(&path, &options(64, 1000), &mut |_| {}).expect("decode");
+    // 7.5 columns a pixel (spans), 4,500 columns: under the columns that
+    // split a narrow picture.
+    let view = BitmapView { columns: (20_000.0, 24_500.0), width: 600, ..whole_trace(&model, 600) };
+    let p = Palette::default();
+    let two = rasterize_from_spans(&model, &view, &p, &mut |_, _| true).expect("spans");
+    let one = decoder::drawing_threads::on_one_thread(|| rasterize_from_spans(&model, &view, &p, &mut |_, _| true))
+        .expect("spans");
+    let background = decoder::raster::to_rgba8(p.background);
+    let drawn = (0..view.width).filter(|&x| one.pixel(x, 0) != background || one.pixel(x, 40) != background).count();
+    assert!(drawn > 300, "the view has cells: {drawn} columns");
+    for x in 0..view.width {
+        for y in 0..view.height {
+            assert_eq!(two.pixel(x, y), one.pixel(x, y), "pixel ({x}, {y})");
+        }
+    }
+}
+
 /// Where no line enters or leaves the set (a hot tail), spans are exact,
 /// so zoomed-out pictures equal the exact one pixel by pixel there. Each
 /// pixel column is its own: nothing of the columns drawn before it (here a
