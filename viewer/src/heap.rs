@@ -519,6 +519,39 @@ fn side_panel(ui: &mut egui::Ui, m: &mut HeapMode, report: &mut UiReport) -> boo
     true
 }
 
+/// The picture of `k` (the main view's or the context strip's), drawn
+/// from the run's `scenes`.
+fn draw_heap(
+    model: &decoder::model::Model,
+    symbols: &decoder::symbols::Symbolizer,
+    scenes: &HeapScenes,
+    k: &PictureKey,
+) -> Option<Result<Arc<DrawnHeap>, String>> {
+    let stopwatch = crate::jobs::Stopwatch::start();
+    let view = HeapView {
+        width: k.size.0,
+        height: k.size.1,
+        alpha: k.alpha,
+        colour_by: k.colour_by,
+        cushion: k.cushion,
+        clock: k.clock,
+        range: k.range,
+        rows: k.rows,
+        class: None,
+    };
+    let name = |pc: u64| symbols.locate(pc).function.clone();
+    let (records, events) = (&model.allocations, model.total.allocations);
+    let mut drawn = match k.bins {
+        None => DrawnHeap::single(render_scene(&scenes.get(records, events, k.clock, None), &view, &name)),
+        Some(layout) => match render_bins(scenes, records, events, &view, layout, &name) {
+            Ok(bins) => DrawnHeap::new(&bins.image, bins.cells),
+            Err(e) => return Some(Err(e.to_string())),
+        },
+    };
+    (drawn.took, drawn.cpu) = (stopwatch.wall(), stopwatch.cpu());
+    Some(Ok(Arc::new(drawn)))
+}
+
 /// The picture, the context strip and their input. The input over the
 /// picture moves the view before anything is painted. Whether the picture
 /// was painted (false: no decoded trace, or no heap block in it).
@@ -619,36 +652,7 @@ fn main_view(
     let threads = m.painted_view.picture_threads(&m.view);
     for (job, k) in jobs.into_iter().take(if have_picture { 2 } else { 1 }) {
         let (model, symbols, scenes) = (l.model.clone(), l.symbols.clone(), scenes.clone());
-        job.want_fallible(k.clone(), move |_| {
-            threads.draw(|| {
-                let stopwatch = crate::jobs::Stopwatch::start();
-                let view = HeapView {
-                    width: k.size.0,
-                    height: k.size.1,
-                    alpha: k.alpha,
-                    colour_by: k.colour_by,
-                    cushion: k.cushion,
-                    clock: k.clock,
-                    range: k.range,
-                    rows: k.rows,
-                    class: None,
-                };
-                let name = |pc: u64| symbols.locate(pc).function.clone();
-                let (records, events) = (&model.allocations, model.total.allocations);
-                let mut drawn = match k.bins {
-                    None => DrawnHeap::single(render_scene(&scenes.get(records, events, k.clock, None), &view, &name)),
-                    Some(layout) => {
-                        let bins = match render_bins(&scenes, records, events, &view, layout, &name) {
-                            Ok(bins) => bins,
-                            Err(e) => return Some(Err(e.to_string())),
-                        };
-                        DrawnHeap::new(&bins.image, bins.cells)
-                    }
-                };
-                (drawn.took, drawn.cpu) = (stopwatch.wall(), stopwatch.cpu());
-                Some(Ok(Arc::new(drawn)))
-            })
-        });
+        job.want_fallible(k.clone(), move |_| threads.draw(|| draw_heap(&model, &symbols, &scenes, &k)));
     }
     // A zoom step's frame waits a little for the step's picture. Not a
     // drag's: its frames follow the pointer.

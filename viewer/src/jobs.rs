@@ -380,11 +380,21 @@ pub(crate) mod wakes {
         // counts, other work ends without a wake-up: without this wait,
         // `ended_work_wakes_the_window` counted one wake-up too few in 4
         // runs of 40 of this module's tests (none in 50 with it).
+        until(|| super::PICTURES_DRAWING.load(Ordering::SeqCst) == 0);
+        (WAKES.load(Ordering::SeqCst), turn)
+    }
+
+    /// Polls `done` every millisecond until it holds or ten seconds pass;
+    /// whether it held.
+    pub(crate) fn until(mut done: impl FnMut() -> bool) -> bool {
         let start = std::time::Instant::now();
-        while super::PICTURES_DRAWING.load(Ordering::SeqCst) > 0 && start.elapsed().as_secs() < 10 {
+        while start.elapsed() < std::time::Duration::from_secs(10) {
+            if done() {
+                return true;
+            }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        (WAKES.load(Ordering::SeqCst), turn)
+        false
     }
 
     /// Wake-ups since `before`.
@@ -412,17 +422,11 @@ mod tests {
             None
         });
         job.want(2, |_| Some(20));
-        let start = Instant::now();
-        while job.latest().is_none() && start.elapsed() < Duration::from_secs(10) {
-            job.poll();
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        assert!(wakes::until(|| job.poll()), "the queued work ends");
         assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((2, 20)));
         // A wake-up follows its result into the slot: the result can be
         // taken before the wake-up is counted.
-        while wakes::since(before) < 2 && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        assert!(wakes::until(|| wakes::since(before) >= 2), "both wake the window");
         assert_eq!(wakes::since(before), 2, "the cancelled work and the finished one");
     }
 
@@ -435,13 +439,13 @@ mod tests {
         let mut job: Job<u32, u32> = Job::default();
         job.set_wakes_window(false);
         job.want(1, |_| Some(10));
-        assert!(wait_for(|| job.poll()), "the work ends");
+        assert!(wakes::until(|| job.poll()), "the work ends");
         assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((1, 10)));
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(wakes::since(before), 0, "quiet work woke the window");
         job.set_wakes_window(true);
         job.want(2, |_| Some(20));
-        assert!(wait_for(|| wakes::since(before) == 1), "work that wakes the window again");
+        assert!(wakes::until(|| wakes::since(before) == 1), "work that wakes the window again");
     }
 
     /// A frame waiting for work takes its result in itself, and the work's
@@ -472,7 +476,7 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(30), "waited the budget");
         assert!(!job.wait_for(&3, Duration::from_secs(10)), "nothing is running for key 3: no wait");
         go.send(()).expect("the work waits");
-        assert!(wait_for(|| wakes::since(before) == 1), "late work wakes the window");
+        assert!(wakes::until(|| wakes::since(before) == 1), "late work wakes the window");
         assert!(job.poll());
 
         job.want(4, |cancel| {
@@ -503,18 +507,6 @@ mod tests {
         assert!(job.wait_for_zoom_step(&1, Some(ZOOM_WAIT * 3 / 2)), "one about as slow as the wait: waited for");
     }
 
-    /// Polls until `done` or ten seconds.
-    fn wait_for(mut done: impl FnMut() -> bool) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if done() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        false
-    }
-
     /// Other work ending while a picture is drawn does not wake the window;
     /// the picture's end does, and the frame it wakes finds the picture.
     #[test]
@@ -529,16 +521,16 @@ mod tests {
         });
         let mut labels: Job<u32, u32> = Job::default();
         labels.want(1, |_| Some(5));
-        assert!(wait_for(|| labels.poll()), "the other work ends");
+        assert!(wakes::until(|| labels.poll()), "the other work ends");
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(wakes::since(before), 0, "no wake-up while the picture is drawn");
         go.send(()).expect("the picture waits");
-        assert!(wait_for(|| wakes::since(before) == 1), "the picture's end wakes the window");
+        assert!(wakes::until(|| wakes::since(before) == 1), "the picture's end wakes the window");
         assert!(picture.poll(), "the frame it wakes finds the picture");
         assert_eq!(picture.latest().map(|(k, v)| (*k, *v)), Some((1, 10)));
         // No picture drawn: other work wakes the window again.
         labels.want(2, |_| Some(6));
-        assert!(wait_for(|| wakes::since(before) == 2), "other work wakes the window");
+        assert!(wakes::until(|| wakes::since(before) == 2), "other work wakes the window");
         assert!(labels.poll(), "and the frame finds its result");
     }
 }
