@@ -26,6 +26,11 @@
 //! (`rasterize_exact`, what `render` did before the summary) on the 10M
 //! trace in this process: a ratio.
 //!
+//! Then the compare mode (`view A B`) the same way, on two traces of the
+//! first size: the sweep (A) against the miss-heavy reads (B). The script
+//! steers A and B follows, so every pan frame and zoom step wants two
+//! pictures; its pan and zoom figures are of both panes.
+//!
 //! Then the allocations view (`view --allocations`) the same way, on
 //! examples/c/heap_mix.c recorded with `record --allocations` (1.4M rounds,
 //! over 1M allocator calls; `LINETRACE_BENCH_ALLOC_ROUNDS=N` changes
@@ -50,11 +55,13 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 }
 
 fn main() {
-    // `--write-only PATH READS`: just the trace, to open by hand (with
-    // LINETRACE_BENCH_TRACE=1 the session prints each zoom step's frames).
+    // `--write-only PATH READS [sweep]`: just the trace (miss-heavy, or the
+    // sweep), to open by hand (with LINETRACE_BENCH_TRACE=1 the session
+    // prints each zoom step's frames).
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--write-only") {
-        write_trace(PathBuf::from(&args[i + 1]).as_path(), args[i + 2].parse().expect("reads"), Pattern::MissHeavy);
+        let pattern = if args.get(i + 3).is_some_and(|a| a == "sweep") { Pattern::Sweep } else { Pattern::MissHeavy };
+        write_trace(PathBuf::from(&args[i + 1]).as_path(), args[i + 2].parse().expect("reads"), pattern);
         return;
     }
     let linetrace = env!("CARGO_BIN_EXE_linetrace");
@@ -134,6 +141,9 @@ fn main() {
         for p in [&path, &json, &png] {
             let _ = std::fs::remove_file(p);
         }
+    }
+    if let Some(&reads) = sizes.first() {
+        compare_view(linetrace, &dir, reads);
     }
     allocations_view(linetrace, &dir);
     if let Some(bin) = cachegrind_peer {
@@ -247,6 +257,29 @@ fn print_session(title: &str, json: &Path, secs: f64, rss: u64) {
         println!("    {per_pixel:>14.2} columns/pixel: {ms:>6.0} ms (drawing {drawing:.0} ms)");
     }
     println!("  peak RSS             {:>8.0} MiB", rss as f64 / 1024.0);
+}
+
+/// The compare mode (`view A B`) on two traces of `reads` reads, two
+/// layouts of the same calls: the sweep (A) against the miss-heavy reads
+/// (B). The script steers A; B follows through the frame matching, so
+/// every step draws two pictures.
+fn compare_view(linetrace: &str, dir: &Path, reads: u64) {
+    let a = dir.join(format!("linetrace-view-bench-sweep-{reads}-{}.lntrace", std::process::id()));
+    let b = dir.join(format!("linetrace-view-bench-miss-{reads}-{}.lntrace", std::process::id()));
+    write_trace(&a, reads, Pattern::Sweep);
+    write_trace(&b, reads, Pattern::MissHeavy);
+    let json = a.with_extension("json");
+    let a_arg = a.to_string_lossy().into_owned();
+    measure_session(
+        linetrace,
+        &[&a_arg],
+        &b,
+        &json,
+        &format!("view A B (compare), sweep vs miss-heavy, {reads} reads"),
+    );
+    for p in [&a, &b, &json] {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 /// The allocations view on a recorded run of heap_mix with over a million

@@ -660,8 +660,9 @@ pub struct ViewArgs {
     pub select: Option<(u64, u64)>,
     /// Measure: script a session (decode, pan, zoom steps), write timings
     /// as JSON here and exit (`cargo bench --bench view` uses it; with
-    /// --allocations, of the allocations view).
-    #[arg(long, value_name = "JSON", conflicts_with_all = ["screenshot", "compare"])]
+    /// --allocations, of the allocations view; with two traces, of the
+    /// compare mode: the script steers A, B follows).
+    #[arg(long, value_name = "JSON", conflicts_with = "screenshot")]
     pub bench_json: Option<PathBuf>,
     /// Decoding settings.
     #[command(flatten)]

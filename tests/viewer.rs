@@ -297,6 +297,48 @@ fn compare_mode_links_views_through_matching_frames() {
     assert!(a0 > 1.5 * b1, "A's query lies far later in its trace: {a0} vs {b0}..{b1}");
 }
 
+/// The measuring script (`--bench-json`) drives the compare mode as it
+/// does the single view: it reaches the decoded traces, pans, and each
+/// zoom step shows A at half the columns of the step before, with B's
+/// picture sharp too (a step waits for both). Were the script's commands
+/// not applied to A, or the panes not reported as the window, steps would
+/// wait out their 20 s timeout at an unchanged scale, or the run would
+/// never settle.
+#[test]
+fn the_measuring_script_drives_the_compare_mode() {
+    let (a, b) = (fixture("lookup_scan_work.lntrace"), fixture("lookup_hash_work.lntrace"));
+    let json = trace_path("compare-bench").with_extension("json");
+    let mut cmd = linetrace();
+    cmd.arg("view")
+        .arg(&a)
+        .arg(&b)
+        .args(["--size", "800x600", "--bench-json"])
+        .arg(&json)
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY");
+    let run = run_bounded(cmd, std::time::Duration::from_secs(180));
+    assert!(!run.timed_out && run.code == Some(0), "view A B --bench-json: {:?}\n{}", run.code, run.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).expect("report")).expect("JSON");
+    let columns_a = Model::decode(&a, &DecodeOptions::default(), &mut |_| {}).expect("decode").columns;
+    assert_eq!(report["columns"].as_u64(), Some(columns_a), "A's whole trace is in view at first");
+    assert!(report["decoded_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{report}");
+    let pans = report["pan_frame_ms"].as_array().expect("pan frames");
+    assert!(pans.len() > 200, "every pan frame is timed: {}", pans.len());
+    let zooms: Vec<(f64, f64)> = report["zoom_ms"]
+        .as_array()
+        .expect("zoom steps")
+        .iter()
+        .map(|z| (z[0].as_f64().expect("columns a pixel"), z[1].as_f64().expect("ms")))
+        .collect();
+    assert!(zooms.len() >= 4, "zoomed in step by step: {zooms:?}");
+    for pair in zooms.windows(2) {
+        let ratio = pair[0].0 / pair[1].0;
+        assert!((ratio - 2.0).abs() < 0.05, "each step halves the columns a pixel: {zooms:?}");
+    }
+    assert!(zooms.iter().all(|&(_, ms)| ms < 10_000.0), "no step waited for its timeout: {zooms:?}");
+    let _ = std::fs::remove_file(&json);
+}
+
 /// Allocations mode zoomed into the first MiB of the brk heap
 /// (`--addresses`): the picture's top and bottom rows are those addresses
 /// (to a pixel's worth), the hovered block lies inside them, and the

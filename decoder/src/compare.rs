@@ -67,6 +67,9 @@ pub struct FrameMatching {
     a_to_b: Vec<Option<u32>>,
     /// Per frame of B, its partner in A.
     b_to_a: Vec<Option<u32>>,
+    /// Pairs of partners: counted once, as the compare mode's status line
+    /// shows it in every frame.
+    pairs: usize,
     /// Columns of A to columns of B through matched frames.
     pub warp: ColumnWarp,
 }
@@ -99,13 +102,17 @@ impl FrameMatching {
         let index_b: HashMap<&(String, u32), u32> = kb.iter().enumerate().map(|(i, k)| (k, i as u32)).collect();
         let mut a_to_b = vec![None; a.len()];
         let mut b_to_a = vec![None; b.len()];
+        let mut pairs = 0;
+        // Keys are unique (a name and its occurrence), so partners pair
+        // one to one.
         for (i, k) in ka.iter().enumerate() {
             if let Some(&j) = index_b.get(k) {
                 a_to_b[i] = Some(j);
                 b_to_a[j as usize] = Some(i as u32);
+                pairs += 1;
             }
         }
-        FrameMatching { a_to_b, b_to_a, warp: ColumnWarp::default() }
+        FrameMatching { a_to_b, b_to_a, pairs, warp: ColumnWarp::default() }
     }
 
     /// The partner of frame `frame` of trace `side` in the other trace.
@@ -117,13 +124,9 @@ impl FrameMatching {
         map.get(frame).copied().flatten().map(|j| j as usize)
     }
 
-    /// Frames of trace `side` that have a partner.
-    pub fn matched(&self, side: Side) -> usize {
-        let map = match side {
-            Side::A => &self.a_to_b,
-            Side::B => &self.b_to_a,
-        };
-        map.iter().filter(|p| p.is_some()).count()
+    /// Pairs of partners: the frames of either trace that have one.
+    pub fn pairs(&self) -> usize {
+        self.pairs
     }
 }
 
@@ -312,7 +315,9 @@ mod tests {
         assert_eq!(m.partner(Side::A, 4), None, "no third query in B");
         assert_eq!(m.partner(Side::B, 2), None, "hash is only in B");
         assert_eq!(m.partner(Side::B, 5), Some(3));
-        assert_eq!((m.matched(Side::A), m.matched(Side::B)), (4, 4));
+        assert_eq!(m.pairs(), 4);
+        let with_partner = |side: Side, n: usize| (0..n).filter(|&i| m.partner(side, i).is_some()).count();
+        assert_eq!((with_partner(Side::A, a.len()), with_partner(Side::B, b.len())), (4, 4), "pairs, one to one");
         for (i, name) in a.iter().enumerate() {
             if let Some(j) = m.partner(Side::A, i) {
                 assert_eq!(m.partner(Side::B, j), Some(i), "partners are mutual");

@@ -15,7 +15,6 @@
 //!   whole traces, the clicked frame and its partner, or a range dragged on
 //!   either ruler and its linked counterpart.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bevy::prelude::*;
@@ -31,8 +30,8 @@ use crate::pacing::Activity;
 use crate::paint::{self, BAR_H, PictureTexture, c32, rect4, short};
 use crate::session::{Loaded, Session};
 use crate::ui::{Hover, PaneReport, UiReport};
-use crate::view::{PictureThreads, ViewCommand, Viewport};
-use crate::work::{self, RenderKey, Work};
+use crate::view::{PaintedView, PictureThreads, ViewCommand, Viewport};
+use crate::work::{self, RenderKey, Rendered, Work};
 use crate::{ScreenshotRequest, ViewerOptions};
 
 const HEADER_H: f32 = 18.0;
@@ -51,8 +50,10 @@ pub struct Pane {
     pub work: Work,
     picture: PictureTexture,
     generation: u32,
-    /// Deltas of its frames (model frame index), for the current metric.
-    deltas: HashMap<usize, FrameDelta>,
+    /// The differential colours of its newest picture's flamegraph.
+    picture_deltas: PictureDeltas,
+    /// Where its picture was last painted.
+    painted_view: PaintedView,
 }
 
 impl Pane {
@@ -64,7 +65,8 @@ impl Pane {
             work: Work::default(),
             picture: PictureTexture::default(),
             generation: 0,
-            deltas: HashMap::new(),
+            picture_deltas: PictureDeltas::default(),
+            painted_view: PaintedView::default(),
         }
     }
 
@@ -73,6 +75,54 @@ impl Pane {
             Side::A => "A",
             Side::B => "B",
         }
+    }
+}
+
+/// The differential colours of one picture's flamegraph: the normalised
+/// delta of each frame the picture draws as a bar of its own (`None`: no
+/// partner), made once for the picture, the metric and the two traces.
+/// (Made in every frame for every frame in the picture, they took 5 ms of
+/// each pane's UI pass while panning the bench's compare session; and,
+/// kept per frame across metrics, a frame seen before a change of metric
+/// kept the old metric's colour.)
+#[derive(Default)]
+struct PictureDeltas {
+    made_for: Option<(RenderKey, DeltaMetric, [u32; 2])>,
+    /// By index into the picture's frames.
+    deltas: Vec<Option<f64>>,
+}
+
+impl PictureDeltas {
+    /// The delta of the picture's frame `i`.
+    fn get(&self, i: usize) -> Option<f64> {
+        self.deltas.get(i).copied().flatten()
+    }
+
+    /// Makes the deltas of `picture` (of pane `side`, `key`) unless made
+    /// already; `generations` are the two traces' the matching is of.
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &mut self,
+        key: &RenderKey,
+        picture: &Rendered,
+        metric: DeltaMetric,
+        matching: &FrameMatching,
+        side: Side,
+        models: [&decoder::model::Model; 2],
+        generations: [u32; 2],
+    ) {
+        let made_for = (key.clone(), metric, generations);
+        if self.made_for.as_ref() == Some(&made_for) {
+            return;
+        }
+        let tree = &models[side.index()].call_tree;
+        let mut deltas = vec![None; picture.frames.len()];
+        for i in picture.bars.iter().filter(|b| b.frames == 1).filter_map(|b| b.frame) {
+            deltas[i] = frame_index(tree, &picture.frames[i])
+                .and_then(|j| FrameDelta::of(metric, matching, side, j, models))
+                .and_then(|d| d.normalised());
+        }
+        *self = PictureDeltas { made_for: Some(made_for), deltas };
     }
 }
 
@@ -168,6 +218,18 @@ impl Comparison {
         }
     }
 
+    /// How many threads the panes' pictures may take: one while either
+    /// pane is panned, as in the single view
+    /// ([`PaintedView::picture_threads`]); the other pane follows it
+    /// through the matched frames, at a scale the matching may stretch.
+    fn picture_threads(&self) -> PictureThreads {
+        if self.panes.iter().any(|p| p.painted_view.panned_to(&p.view)) {
+            PictureThreads::One
+        } else {
+            PictureThreads::Two
+        }
+    }
+
     /// Moves the other pane to where pane `side` is.
     fn follow(&mut self, side: Side) {
         let Some(matching) = self.matching() else { return };
@@ -216,7 +278,8 @@ impl Plugin for ComparePlugin {
         let [a, b] = &self.sessions;
         app.insert_resource(Comparison::open(&self.options, [a.take(), b.take()]))
             .init_resource::<UiReport>()
-            .add_systems(Update, poll_panes)
+            .add_message::<ViewCommand>()
+            .add_systems(Update, (poll_panes, apply_view_commands.in_set(crate::ViewCommandsApplied)).chain())
             .add_systems(bevy_egui::EguiPrimaryContextPass, compare_ui);
     }
 }
@@ -239,6 +302,15 @@ fn poll_panes(mut comparison: ResMut<Comparison>) {
     }
 }
 
+/// The frame's [`ViewCommand`]s from outside the UI (a script: the bench),
+/// before the UI pass that shows them: they steer A, as a user's input on
+/// A does (B follows when linked).
+fn apply_view_commands(mut comparison: ResMut<Comparison>, mut commands: MessageReader<ViewCommand>) {
+    for command in commands.read() {
+        comparison.command(Side::A, *command);
+    }
+}
+
 /// The window, once per frame.
 fn compare_ui(
     mut contexts: EguiContexts,
@@ -246,6 +318,7 @@ fn compare_ui(
     mut report: ResMut<UiReport>,
     mut activity: ResMut<Activity>,
 ) -> Result {
+    let stopwatch = crate::jobs::Stopwatch::start();
     let ctx = contexts.ctx_mut()?.clone();
     let c = &mut *comparison;
     let ppp = ctx.pixels_per_point();
@@ -257,7 +330,7 @@ fn compare_ui(
                 pane.generation = l.generation;
                 pane.work.clear();
                 pane.picture.clear();
-                pane.deltas.clear();
+                pane.picture_deltas = PictureDeltas::default();
                 pane.work.names.want(l.model.call_tree.frames.iter().map(|f| f.function));
             }
             pane.work.names.start(&l.symbols);
@@ -277,11 +350,12 @@ fn compare_ui(
             report.status.push_str(&text);
             report.status.push('\n');
         }
-        if let (Some(m), Some(_)) = (&matching, c.loaded()) {
+        if let (Some(m), Some([a, b])) = (&matching, c.loaded()) {
             let text = format!(
-                "{} of A's frames and {} of B's matched by function and occurrence",
-                m.matched(Side::A),
-                m.matched(Side::B)
+                "{} of A's {} frames and of B's {} matched by function and occurrence",
+                m.pairs(),
+                a.model.call_tree.frames.len(),
+                b.model.call_tree.frames.len()
             );
             ui.label(egui::RichText::new(&text).monospace().size(11.0));
         }
@@ -292,6 +366,8 @@ fn compare_ui(
         });
     }
     let mut hover = None;
+    // Decided before either pane paints (which moves its painted view).
+    let threads = c.picture_threads();
     crate::paint::central_panel(&ctx).show(&mut root, |ui| {
         let full = ui.available_rect_before_wrap();
         let half = full.height() / 2.0;
@@ -299,7 +375,8 @@ fn compare_ui(
             let top = full.top() + half * side.index() as f32;
             let rect =
                 egui::Rect::from_min_max(egui::pos2(full.left(), top), egui::pos2(full.right(), top + half - 3.0));
-            if let Some(h) = pane_view(ui, &ctx, c, side, rect, matching.as_deref(), &mut commands, &mut report, ppp) {
+            let m = matching.as_deref();
+            if let Some(h) = pane_view(ui, &ctx, c, side, rect, threads, m, &mut commands, &mut report, ppp) {
                 hover = Some((side, h));
             }
         }
@@ -307,6 +384,7 @@ fn compare_ui(
         ui.painter().hline(full.x_range(), split, egui::Stroke::new(2.0, egui::Color32::from_gray(90)));
     });
     c.hover = hover;
+    report.summarise_panes();
     for (side, command) in commands {
         c.command(side, command);
     }
@@ -328,6 +406,7 @@ fn compare_ui(
         c.panes.iter().any(|p| p.session.loading.is_some()),
         c.panes.iter().any(|p| p.work.busy()) || c.matching.busy() || c.stats.busy(),
     );
+    report.ui_cpu_ms = stopwatch.cpu().as_secs_f64() * 1e3;
     Ok(())
 }
 
@@ -443,7 +522,8 @@ fn status_line(pane: &Pane) -> String {
     )
 }
 
-/// One pane: header, ruler, flamegraph, bitmap. Returns what is hovered.
+/// One pane: header, ruler, flamegraph, bitmap, in `rect`, its picture
+/// drawn on `threads`. Returns what is hovered.
 #[allow(clippy::too_many_arguments)]
 fn pane_view(
     ui: &mut egui::Ui,
@@ -451,6 +531,7 @@ fn pane_view(
     c: &mut Comparison,
     side: Side,
     rect: egui::Rect,
+    threads: PictureThreads,
     matching: Option<&FrameMatching>,
     commands: &mut Vec<(Side, ViewCommand)>,
     report: &mut UiReport,
@@ -509,9 +590,10 @@ fn pane_view(
     // The picture of this view.
     let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
     let key = RenderKey::of_view(l.generation, &view, size, 1.0, colour_by);
-    work::want_render(&mut pane.work, l, key.clone(), PictureThreads::Two);
+    work::want_render(&mut pane.work, l, key.clone(), threads);
     let shown =
         pane.picture.paint(ui, if side == Side::A { "bitmap-a" } else { "bitmap-b" }, &pane.work, &view, bitmap, &key);
+    pane.painted_view.painted_at(view);
     if shown.error.is_some() {
         report.error = shown.error.clone();
     }
@@ -553,29 +635,21 @@ fn pane_view(
     // Flamegraph: differential colours.
     let tree = &l.model.call_tree;
     if let (Some(m), Some(matching)) = (metric, matching)
-        && let Some((_, r)) = pane.work.render.latest()
+        && let Some((k, r)) = pane.work.render.latest()
     {
-        for f in &r.frames {
-            if let Some(i) = frame_index(tree, f) {
-                pane.deltas.entry(i).or_insert_with(|| {
-                    FrameDelta::of(m, matching, side, i, models).unwrap_or(FrameDelta { a: None, b: None })
-                });
-            }
-        }
+        pane.picture_deltas.update(k, r, m, matching, side, models, [pair[0].generation, pair[1].generation]);
     }
-    let deltas = &pane.deltas;
-    let delta_of = |f: &Frame| frame_index(tree, f).and_then(|i| deltas.get(&i)).and_then(FrameDelta::normalised);
-    let fill = |frame: Option<&Frame>, name: &str| {
-        let Some(f) = frame else { return egui::Color32::GRAY };
+    let picture_deltas = &pane.picture_deltas;
+    let fill = |frame: Option<(usize, &Frame)>, name: &str| {
+        let Some((i, _)) = frame else { return egui::Color32::GRAY };
         match metric {
             None => c32(frame_colour(if name.is_empty() { "?" } else { name })),
-            Some(_) => delta_of(f).map_or(c32(UNMATCHED_FRAME_COLOUR), |d| c32(delta_colour(d))),
+            Some(_) => picture_deltas.get(i).map_or(c32(UNMATCHED_FRAME_COLOUR), |d| c32(delta_colour(d))),
         }
     };
     let pointer = ctx.pointer_hover_pos().filter(|_| !ignore_pointer);
     let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
     let (bars, hovered_frame) = paint::paint_flame(ui, flame, &view, &mut pane.work, scroll, levels, &fill, pointer);
-    let frames = pane.work.render.latest().map(|(_, r)| r.frames.clone()).unwrap_or_default();
     let bar_frames: Vec<Option<f64>> = {
         // Bars carry their frame's delta in the report (tests read it).
         let r = pane.work.render.latest();
@@ -583,7 +657,7 @@ fn pane_view(
             r.bars
                 .iter()
                 .filter(|b| b.depth >= scroll && b.depth < scroll + levels)
-                .map(|b| b.frame.filter(|_| b.frames == 1).and_then(|i| delta_of(&r.frames[i])))
+                .map(|b| b.frame.filter(|_| b.frames == 1).and_then(|i| picture_deltas.get(i)))
                 .collect()
         })
         .unwrap_or_default()
@@ -599,6 +673,8 @@ fn pane_view(
             .map(|((name, x0, x1, d), delta)| (name, x0 * ppp, x1 * ppp, d, delta))
             .collect(),
         sharp: shown.sharp,
+        picture: shown.drawn,
+        render_ms: shown.render_ms,
     };
 
     // Pointer.
@@ -606,6 +682,7 @@ fn pane_view(
     let response = ui.interact(main_rect, ui.id().with(("main", side.index())), egui::Sense::click_and_drag());
     commands.extend(paint::navigate(ui, &response, flame, bitmap, pointer).into_iter().map(|k| (side, k)));
     let total = l.model.columns as f64;
+    let frames: &[Frame] = pane.work.render.latest().map_or(&[], |(_, r)| &r.frames);
     let hover = match forced_hover {
         // Headless: hover the deepest frame drawn at this column of A.
         Some(column) if side == Side::A => {
@@ -631,6 +708,8 @@ fn pane_view(
             Hover { column, row, frame: hovered_frame, pos: p }
         }),
     };
+    // Copied out of the picture: the pane is borrowed mutably below.
+    let hovered: Option<Frame> = hover.and_then(|h| h.frame).and_then(|i| frames.get(i)).cloned();
     if let Some(h) = hover {
         painter.line_segment(
             [
@@ -643,9 +722,9 @@ fn pane_view(
             work::want_inspect(&mut pane.work, l, h.column, h.row);
         }
     }
-    let clicked_frame = hover.and_then(|h| h.frame).and_then(|i| frames.get(i)).and_then(|f| frame_index(tree, f));
+    let clicked_frame = hovered.as_ref().and_then(|f| frame_index(tree, f));
     if response.double_clicked() {
-        if let Some(f) = hover.and_then(|h| h.frame).and_then(|i| frames.get(i)) {
+        if let Some(f) = &hovered {
             commands.push((side, ViewCommand::Fit { from: f.first_column as f64, to: f.end_column as f64 }));
         }
     } else if response.clicked()
@@ -658,7 +737,7 @@ fn pane_view(
     // Tooltip.
     let pane = &c.panes[side.index()];
     if let Some(h) = hover {
-        let lines = match h.frame.and_then(|i| frames.get(i)) {
+        let lines = match &hovered {
             Some(f) => frame_lines(f, l, &pane.work, matching, side, models, metric.unwrap_or_default()),
             None => match pane.work.inspect.result_for(&(l.generation, h.column, h.row)) {
                 Some(Ok(i)) => crate::ui::inspection_tooltip(i),
@@ -838,4 +917,71 @@ fn help(ctx: &egui::Context, open: &mut bool) {
             }
         });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use decoder::model::{DecodeOptions, Model};
+    use decoder::raster::flame_bars;
+    use decoder::symbols::{SymbolPaths, Symbolizer};
+
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data").join(name)
+    }
+
+    /// A picture's differential colours are of the metric asked for: a
+    /// change of metric makes them anew (kept per frame, a frame seen
+    /// before the change kept the old metric's colour). Two builds of
+    /// examples/c/lookup.c, whose reads and D1 misses change differently.
+    #[test]
+    fn picture_deltas_are_of_the_metric_asked_for() {
+        let decode = |name| Model::decode(&fixture(name), &DecodeOptions::default(), &mut |_| {}).expect("decode");
+        let (a, b) = (decode("lookup_scan_work.lntrace"), decode("lookup_hash_work.lntrace"));
+        let paths = SymbolPaths { module_dirs: vec![fixture("")], ..SymbolPaths::default() };
+        let symbols = |m: &Model| Symbolizer::with_paths(&m.modules, paths.clone());
+        let matching = FrameMatching::new(&a, &symbols(&a), &b, &symbols(&b));
+        let columns = (0.0, a.columns as f64);
+        let frames = a.call_tree.frames.clone();
+        let bars = flame_bars(&frames, columns, 4000);
+        let picture = Rendered {
+            image: Arc::new(egui::ColorImage::filled([1, 1], egui::Color32::BLACK)),
+            frames,
+            bars,
+            took: Duration::ZERO,
+            cpu: Duration::ZERO,
+        };
+        let key = RenderKey {
+            generation: 1,
+            columns,
+            rows: (0.0, 1.0),
+            size: (4000, 1),
+            alpha: 1.0,
+            colour_by: ColourBy::BytesRead,
+        };
+        let models = [&a, &b];
+        let shown: Vec<usize> = picture.bars.iter().filter(|b| b.frames == 1).filter_map(|b| b.frame).collect();
+        let mut deltas = PictureDeltas::default();
+        let mut seen = Vec::new();
+        for metric in [DeltaMetric::Reads, DeltaMetric::D1Misses, DeltaMetric::Reads] {
+            deltas.update(&key, &picture, metric, &matching, Side::A, models, [1, 1]);
+            let got: Vec<Option<f64>> = shown.iter().map(|&i| deltas.get(i)).collect();
+            let want: Vec<Option<f64>> = shown
+                .iter()
+                .map(|&i| {
+                    let j = frame_index(&a.call_tree, &picture.frames[i])?;
+                    FrameDelta::of(metric, &matching, Side::A, j, models)?.normalised()
+                })
+                .collect();
+            assert_eq!(got, want, "{metric:?}");
+            seen.push(got);
+        }
+        assert!(seen[0].iter().any(Option::is_some), "frames with partners");
+        assert_ne!(seen[0], seen[1], "reads and D1 misses change differently");
+        assert_eq!(seen[0], seen[2]);
+    }
 }

@@ -211,9 +211,13 @@ const NARROW_BAR_WIDTH: f32 = 3.0;
 /// in pixels.
 pub type DrawnBar = (String, f32, f32, u32);
 
+/// The colour of a flamegraph bar of one frame, given as its index into
+/// the picture's frames and the frame (`None`: a bar of several frames),
+/// and its name.
+pub type BarFill<'a> = dyn Fn(Option<(usize, &Frame)>, &str) -> egui::Color32 + 'a;
+
 /// Draws the flamegraph bars of the newest picture of `work` into `flame`,
-/// levels `scroll..scroll + levels`; `fill` colours a bar (`None`: bars
-/// of several frames merged). Returns the bars drawn and the frame under
+/// levels `scroll..scroll + levels`; `fill` colours a bar. Returns the bars drawn and the frame under
 /// `pointer` (an index into the picture's frames).
 #[allow(clippy::too_many_arguments)]
 pub fn paint_flame(
@@ -223,7 +227,7 @@ pub fn paint_flame(
     work: &mut Work,
     scroll: u32,
     levels: u32,
-    fill: &dyn Fn(Option<&Frame>, &str) -> egui::Color32,
+    fill: &BarFill,
     pointer: Option<egui::Pos2>,
 ) -> (Vec<DrawnBar>, Option<usize>) {
     let (mut drawn, mut hovered) = (Vec::new(), None);
@@ -244,8 +248,8 @@ pub fn paint_flame(
         }
         let y0 = flame.top() + (bar.depth - scroll) as f32 * BAR_H;
         let rect = egui::Rect::from_min_max(egui::pos2(x0, y0), egui::pos2(x1.max(x0 + 1.0), y0 + BAR_H - 1.0));
-        let frame = bar.frame.filter(|_| bar.frames == 1).map(|i| &r.frames[i]);
-        let name = frame.and_then(|f| work.names.get(f.function)).unwrap_or("");
+        let frame = bar.frame.filter(|_| bar.frames == 1).map(|i| (i, &r.frames[i]));
+        let name = frame.and_then(|(_, f)| work.names.get(f.function)).unwrap_or("");
         // Rounded corners only where they show: a rounded rectangle is
         // three times the triangles, and on a CPU renderer (lavapipe) a
         // flamegraph of many narrow bars paid for each of them.

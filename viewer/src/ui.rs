@@ -232,6 +232,25 @@ pub struct PaneReport {
     pub bars: Vec<(String, f32, f32, u32, Option<f64>)>,
     /// Whether its picture is of the current view.
     pub sharp: bool,
+    /// Whether any picture of it (preview or final) is on screen.
+    pub picture: bool,
+    /// Render time of its last picture, milliseconds.
+    pub render_ms: f64,
+}
+
+impl UiReport {
+    /// The compare mode's panes as the whole window, for what reads a
+    /// report without knowing the mode (the bench script): A's columns
+    /// and bitmap (A is what the script steers), sharp when every pane
+    /// is, a picture when any is, the slower pane's render time.
+    pub fn summarise_panes(&mut self) {
+        let Some(a) = self.panes.first() else { return };
+        self.columns = a.columns;
+        self.bitmap = a.bitmap;
+        self.sharp = self.panes.iter().all(|p| p.sharp);
+        self.picture = self.panes.iter().any(|p| p.picture);
+        self.render_ms = self.panes.iter().map(|p| p.render_ms).fold(0.0, f64::max);
+    }
 }
 
 /// The UI, once per frame.
@@ -935,8 +954,8 @@ fn main_view(
     let matches: HashSet<u64> =
         if search.open && !search.text.is_empty() { work.names.matching(&search.text) } else { HashSet::new() };
     let scroll = view.flame_scroll.min(f64::from(depth.saturating_sub(levels))) as u32;
-    let fill = |frame: Option<&Frame>, name: &str| {
-        let Some(f) = frame else { return egui::Color32::GRAY };
+    let fill = |frame: Option<(usize, &Frame)>, name: &str| {
+        let Some((_, f)) = frame else { return egui::Color32::GRAY };
         let colour = frame_fill(state.frame_colours, f, name, &l.symbols);
         match (matches.is_empty(), matches.contains(&f.function)) {
             (true, _) => colour,

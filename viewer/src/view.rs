@@ -406,6 +406,27 @@ mod tests {
         assert!(!painted.panned_to(&v), "painted there now");
     }
 
+    /// The bench's pans (a 100M-column trace at a twentieth, 240 steps of
+    /// a hundredth of the width) each take one thread: a pan keeps the
+    /// width exactly (the clamp puts the end at the start plus the width),
+    /// so none passes for a zoom step.
+    #[test]
+    fn every_pan_of_a_long_trace_is_a_pan() {
+        let mut v = Viewport::whole(1e8, 512.0);
+        v.zoom_at(0.5, 0.05);
+        let mut painted = PaintedView::default();
+        painted.painted_at(v);
+        let mut zooms = 0;
+        for n in 0..240 {
+            v.pan(if (n / 60) % 2 == 0 { 0.01 } else { -0.01 });
+            if painted.picture_threads(&v) != PictureThreads::One {
+                zooms += 1;
+            }
+            painted.painted_at(v);
+        }
+        assert_eq!(zooms, 0, "pans taken for zoom steps");
+    }
+
     #[test]
     fn zooming_keeps_the_point_under_the_cursor() {
         let mut v = Viewport::whole(1000.0, 64.0);
