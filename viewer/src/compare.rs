@@ -54,6 +54,8 @@ pub struct Pane {
     picture_deltas: PictureDeltas,
     /// Where its picture was last painted.
     painted_view: PaintedView,
+    /// The sketch of its trace while the traces decode.
+    preview: paint::DecodingPreview,
 }
 
 impl Pane {
@@ -67,6 +69,7 @@ impl Pane {
             generation: 0,
             picture_deltas: PictureDeltas::default(),
             painted_view: PaintedView::default(),
+            preview: paint::DecodingPreview::default(),
         }
     }
 
@@ -559,12 +562,26 @@ fn pane_view(
         egui::Color32::LIGHT_GRAY,
     );
     let Some(pair) = loaded else {
-        let text = match &pane.session.error {
-            Some(e) => format!("cannot show this trace: {e}"),
-            None => format!("decoding… {:.0}%", 100.0 * pane.session.progress().unwrap_or(0.0)),
-        };
         // Redrawn at the decoding pace (`pace_frames`), not every frame.
-        paint::centred_message(&painter, rect, text, 14.0);
+        if let Some(e) = &pane.session.error {
+            paint::centred_message(&painter, rect, format!("cannot show this trace: {e}"), 14.0);
+            return None;
+        }
+        // The sketch of what is decoded, where the picture will be, until
+        // both traces are in.
+        let area = egui::Rect::from_min_max(header.left_bottom() + egui::vec2(0.0, RULER_H), rect.max);
+        let sketch = pane.preview.show(&painter, area, pane.session.loading.as_ref(), &mut pane.work, colour_by, ppp);
+        report.picture |= sketch;
+        let text = match pane.session.progress() {
+            Some(done) => format!("decoding… {:.0}%", 100.0 * done),
+            None => "decoded; waiting for the other trace".to_string(),
+        };
+        if sketch {
+            let at = header.left_bottom() + egui::vec2(0.0, 2.0);
+            painter.text(at, egui::Align2::LEFT_TOP, text, egui::FontId::proportional(12.0), egui::Color32::LIGHT_GRAY);
+        } else {
+            paint::centred_message(&painter, rect, text, 14.0);
+        }
         return None;
     };
     let l = &pair[side.index()];

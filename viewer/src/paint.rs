@@ -3,12 +3,15 @@
 //! into [`ViewCommand`]s. Each takes the rectangle to draw in and the
 //! pane's own data, so one trace or two draw the same way.
 
+use std::time::{Duration, Instant};
+
 use bevy_egui::egui;
 use decoder::calltree::Frame;
-use decoder::raster::{MERGED_FRAMES_COLOUR, Palette};
+use decoder::raster::{ColourBy, MERGED_FRAMES_COLOUR, Palette};
 
+use crate::session::Loading;
 use crate::view::{ViewCommand, Viewport};
-use crate::work::{Names, RenderKey, Work};
+use crate::work::{self, Names, RenderKey, Work};
 
 /// Height of a flamegraph level (points).
 pub const BAR_H: f32 = 17.0;
@@ -199,6 +202,88 @@ impl PictureTexture {
             shown.error = Some(text);
         }
         shown
+    }
+}
+
+/// Least time between two preview pictures while a trace decodes: a
+/// picture of a 100M-read trace's summary took a fifth of the CPU when it
+/// was redrawn at every frame. A little under the loading frames' pace
+/// ([`crate::pacing::LOADING_FRAME`]), so that each loading frame starts
+/// one, which the next shows.
+const PREVIEW_EVERY: Duration = crate::pacing::LOADING_FRAME.saturating_sub(Duration::from_millis(100));
+
+/// The preview picture has this many times fewer pixels across and down
+/// than the area it fills (stretched to it): it is a sketch, replaced by
+/// the sharp picture once decoded. At full size, each picture of the
+/// 100M-read benchmark trace took 17-23 ms of the CPU the decoder runs
+/// on, 8-14 ms at half (`perf record` of a session), and the first
+/// picture came at 136-154 ms instead of 36-59 ms.
+const PREVIEW_DOWNSCALE: u32 = 2;
+
+/// The sketch of a trace while it decodes: the bitmap of the summary
+/// decoded so far, redrawn as decoding goes on ([`work::want_preview`]).
+/// Its texture outlives the decoding, so a compare pane whose trace is in
+/// shows its last sketch while the other decodes.
+#[derive(Default)]
+pub struct DecodingPreview {
+    /// The newest sketch on screen, and the reads it shows and estimates.
+    shown: Option<(egui::TextureHandle, work::PreviewKey, (u64, u64))>,
+    /// When the last sketch was started.
+    started: Option<Instant>,
+}
+
+impl DecodingPreview {
+    /// Starts a new sketch of `loading` (when more is decoded, the last is
+    /// done, and it is due), and paints the newest into `area`, with how
+    /// much is decoded while decoding. Whether a sketch is on screen.
+    pub fn show(
+        &mut self,
+        painter: &egui::Painter,
+        area: egui::Rect,
+        loading: Option<&Loading>,
+        work: &mut Work,
+        colour_by: ColourBy,
+        ppp: f32,
+    ) -> bool {
+        if let Some(loading) = loading {
+            let size =
+                ((area.width() * ppp) as u32 / PREVIEW_DOWNSCALE, (area.height() * ppp) as u32 / PREVIEW_DOWNSCALE);
+            let blocks = loading.preview.blocks();
+            let stale = work.preview.latest().is_none_or(|(k, _)| *k != (blocks, size.0, size.1));
+            let due = self.started.is_none_or(|t| t.elapsed() >= PREVIEW_EVERY);
+            if blocks > 0 && size.0 > 8 && size.1 > 8 && stale && due && !work.preview.busy() {
+                self.started = Some(Instant::now());
+                // Only the first sketch draws a frame when it is done (the
+                // first picture comes at once); later ones wait for the
+                // next loading frame, which comes anyway: a frame of its
+                // own for each cost the decoder as much CPU as drawing it.
+                work.preview.set_wakes_window(self.shown.is_none());
+                work::want_preview(work, loading.preview.state(), size, colour_by);
+            }
+        }
+        if let Some((k, p)) = work.preview.latest()
+            && self.shown.as_ref().is_none_or(|(_, have, _)| have != k)
+        {
+            let texture = painter.ctx().load_texture("preview", p.image.clone(), egui::TextureOptions::NEAREST);
+            self.shown = Some((texture, *k, p.columns));
+        }
+        let Some((texture, _, (done, estimate))) = &self.shown else { return false };
+        painter.image(
+            texture.id(),
+            area,
+            egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+            egui::Color32::WHITE,
+        );
+        if loading.is_some() {
+            painter.text(
+                area.min + egui::vec2(4.0, 4.0),
+                egui::Align2::LEFT_TOP,
+                format!("{} of about {} reads decoded", short(*done as f64), short(*estimate as f64)),
+                egui::FontId::proportional(11.0),
+                egui::Color32::GRAY,
+            );
+        }
+        true
     }
 }
 

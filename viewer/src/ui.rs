@@ -25,22 +25,6 @@ const OVERVIEW_H: f32 = 26.0;
 const RULER_H: f32 = 20.0;
 /// Width of the row-label gutter.
 const GUTTER_W: f32 = 170.0;
-/// Least time between two preview pictures while a trace decodes: a
-/// picture of a 100M-read trace's summary took a fifth of the CPU when it
-/// was redrawn at every frame. A little under the loading frames' pace
-/// ([`crate::pacing::LOADING_FRAME`]), so that each loading frame starts
-/// one, which the next shows.
-const PREVIEW_EVERY: std::time::Duration =
-    crate::pacing::LOADING_FRAME.saturating_sub(std::time::Duration::from_millis(100));
-
-/// The preview picture has this many times fewer pixels across and down
-/// than the area it fills (stretched to it): it is a sketch, replaced by
-/// the sharp picture once decoded. At full size, each picture of the
-/// 100M-read benchmark trace took 17-23 ms of the CPU the decoder runs
-/// on, 8-14 ms at half (`perf record` of a session), and the first
-/// picture came at 136-154 ms instead of 36-59 ms.
-const PREVIEW_DOWNSCALE: u32 = 2;
-
 /// Which highlight the pointer drives.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Highlight {
@@ -119,9 +103,7 @@ pub struct UiState {
     /// The threads of the trace, from the last model that counted them.
     census: Option<Census>,
     bitmap: PictureTexture,
-    preview: Option<(egui::TextureHandle, work::PreviewKey)>,
-    /// When the last preview picture was started.
-    preview_started: Option<std::time::Instant>,
+    preview: crate::paint::DecodingPreview,
     overview: Option<(egui::TextureHandle, (u32, u32, u32))>,
 }
 
@@ -147,8 +129,7 @@ impl Default for UiState {
             edit: WorkingSetConfig::default(),
             census: None,
             bitmap: PictureTexture::default(),
-            preview: None,
-            preview_started: None,
+            preview: crate::paint::DecodingPreview::default(),
             overview: None,
         }
     }
@@ -819,7 +800,7 @@ fn main_view(
     let full = ui.available_rect_before_wrap();
     let painter = ui.painter_at(full);
     let Some(l) = loaded else {
-        loading_view(ui, &painter, full, state, session, work, report, ppp);
+        loading_view(&painter, full, state, session, work, report, ppp);
         return false;
     };
     let model = &l.model;
@@ -1194,7 +1175,6 @@ pub(crate) fn inspection_tooltip(i: &Inspection) -> Vec<String> {
 
 #[allow(clippy::too_many_arguments)]
 fn loading_view(
-    ui: &mut egui::Ui,
     painter: &egui::Painter,
     full: egui::Rect,
     state: &mut UiState,
@@ -1203,7 +1183,6 @@ fn loading_view(
     report: &mut UiReport,
     ppp: f32,
 ) {
-    let ctx = ui.ctx().clone();
     if let Some(e) = &session.error {
         painter.text(
             full.center(),
@@ -1229,43 +1208,7 @@ fn loading_view(
         egui::Color32::LIGHT_GRAY,
     );
     let area = egui::Rect::from_min_max(full.min + egui::vec2(GUTTER_W, 24.0), full.max);
-    let size = ((area.width() * ppp) as u32 / PREVIEW_DOWNSCALE, (area.height() * ppp) as u32 / PREVIEW_DOWNSCALE);
-    // A new preview picture when more is decoded, the last is done, and
-    // it is at least PREVIEW_EVERY old (drawing it takes a core from the
-    // decoder).
-    let blocks = loading.preview.blocks();
-    let stale = work.preview.latest().is_none_or(|(k, _)| *k != (blocks, size.0, size.1));
-    let due = state.preview_started.is_none_or(|t| t.elapsed() >= PREVIEW_EVERY);
-    if blocks > 0 && size.0 > 8 && size.1 > 8 && stale && due && !work.preview.busy() {
-        state.preview_started = Some(std::time::Instant::now());
-        // Only the first preview draws a frame when it is done (the first
-        // picture comes at once); later ones wait for the next loading
-        // frame, which comes anyway: a frame of its own for each cost the
-        // decoder as much CPU as drawing it.
-        work.preview.set_wakes_window(state.preview.is_none());
-        work::want_preview(work, loading.preview.state(), size, state.colour_by);
-    }
-    if let Some((k, p)) = work.preview.latest() {
-        if state.preview.as_ref().is_none_or(|(_, have)| have != k) {
-            state.preview = Some((ctx.load_texture("preview", p.image.clone(), egui::TextureOptions::NEAREST), *k));
-        }
-        if let Some((tex, _)) = &state.preview {
-            painter.image(
-                tex.id(),
-                area,
-                egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
-                egui::Color32::WHITE,
-            );
-            report.picture = true;
-        }
-        painter.text(
-            area.min + egui::vec2(4.0, 4.0),
-            egui::Align2::LEFT_TOP,
-            format!("{} of about {} reads decoded", short(p.columns.0 as f64), short(p.columns.1 as f64)),
-            egui::FontId::proportional(11.0),
-            egui::Color32::GRAY,
-        );
-    }
+    report.picture |= state.preview.show(painter, area, Some(loading), work, state.colour_by, ppp);
     // No repaint request: while decoding, frames come at the pace
     // `pace_frames` sets, slow enough to leave the cores to the decoder.
 }
