@@ -223,7 +223,9 @@ const PREVIEW_DOWNSCALE: u32 = 2;
 /// The sketch of a trace while it decodes: the bitmap of the summary
 /// decoded so far, redrawn as decoding goes on ([`work::want_preview`]).
 /// Its texture outlives the decoding, so a compare pane whose trace is in
-/// shows its last sketch while the other decodes.
+/// shows its last sketch while the other decodes. (A decoding again with
+/// new settings does not show it: the window keeps the model it has until
+/// the new one is in.)
 #[derive(Default)]
 pub struct DecodingPreview {
     /// The newest sketch on screen, and the reads it shows and estimates.
@@ -302,8 +304,9 @@ pub type DrawnBar = (String, f32, f32, u32);
 pub type BarFill<'a> = dyn Fn(Option<(usize, &Frame)>, &str) -> egui::Color32 + 'a;
 
 /// Draws the flamegraph bars of the newest picture of `work` into `flame`,
-/// levels `scroll..scroll + levels`; `fill` colours a bar. Returns the bars drawn and the frame under
-/// `pointer` (an index into the picture's frames).
+/// levels `scroll..scroll + levels`; `fill` colours a bar. Returns the bars
+/// drawn and the frame under `pointer` (an index into the picture's
+/// frames).
 #[allow(clippy::too_many_arguments)]
 pub fn paint_flame(
     ui: &egui::Ui,
