@@ -269,6 +269,7 @@ fn compare_view(linetrace: &str, dir: &Path, reads: u64) {
     write_trace(&a, reads, Pattern::Sweep);
     write_trace(&b, reads, Pattern::MissHeavy);
     let json = a.with_extension("json");
+    // `view A B`: trace A goes where the other sessions' mode arguments do.
     let a_arg = a.to_string_lossy().into_owned();
     measure_session(
         linetrace,

@@ -68,6 +68,9 @@ pub enum ViewerError {
     /// A headless run could not produce its picture.
     #[error("the screenshot was not taken: {0}")]
     Screenshot(String),
+    /// A measuring run (`--bench-json`) stopped before its report.
+    #[error("the measuring run stopped: {0}")]
+    Bench(String),
     /// Writing the UI state file failed.
     #[error("cannot write {path}")]
     State {
@@ -230,7 +233,7 @@ pub fn run(options: ViewerOptions) -> Result<(), ViewerError> {
     app.add_plugins(SystemsOnTheFrameThread);
     let exit = app.run();
     if let Some(why) = failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        return Err(ViewerError::Screenshot(why));
+        return Err(if options.bench.is_some() { ViewerError::Bench(why) } else { ViewerError::Screenshot(why) });
     }
     match exit {
         AppExit::Success => Ok(()),

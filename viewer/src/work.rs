@@ -229,9 +229,10 @@ impl Work {
 }
 
 /// A picture as egui takes it, converted on the job's thread. Shared: a
-/// texture made of it takes the `Arc`, where a copy of the pixels on the UI
-/// thread cost 5 ms of a compare-mode pan frame, two 1920-wide pictures a
-/// frame.
+/// texture made of it takes the `Arc`; made of a `ColorImage`, each new
+/// picture's pixels (a few MB at 1920 wide) were copied on the UI thread,
+/// which `perf record` of a compare-mode session showed under
+/// `PictureTexture::paint`.
 fn to_egui(image: &Image) -> Arc<egui::ColorImage> {
     Arc::new(egui::ColorImage::from_rgba_unmultiplied([image.width as usize, image.height as usize], &image.rgba))
 }
