@@ -102,7 +102,7 @@ pub(crate) fn decode(
     let mut metrics = events.metrics;
     metrics.line_fetches = set.fetches.departed;
     (metrics.mean_bytes_read_per_fetch, metrics.mean_distinct_bytes_per_fetch) = set.fetches.means();
-    metrics.utilisation = metrics.mean_distinct_bytes_per_fetch / f64::from(config.line_size);
+    metrics.utilisation = set.fetches.utilisation(config.line_size);
     metrics.max_rows = set.max_rows;
     let mut threads = BTreeMap::new();
     let mut total = Totals::default();

@@ -20,7 +20,7 @@ use crate::model::{Model, SiteCounts};
 use crate::reuse::{ReuseDistance, ReuseHistogram};
 use crate::symbols::Symbolizer;
 use crate::tables::{AccessRow, Grouping, group_accesses};
-use crate::working_set::{FetchCounter, HashedLines};
+use crate::working_set::{FetchCounter, HashedLines, LineObserver};
 
 /// What a range's replay found.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -55,6 +55,32 @@ pub struct RangeStats {
     pub by_function: Vec<AccessRow>,
     /// By source line.
     pub by_line: Vec<AccessRow>,
+}
+
+impl RangeStats {
+    /// The whole trace's figures as decoding counted them, in the shape of
+    /// a range's, for a stats panel before any range is selected: no replay
+    /// (a range of the whole trace replays every column, which takes as
+    /// long as decoding did). The tables are left empty.
+    pub fn whole_trace(model: &Model) -> RangeStats {
+        let m = &model.metrics;
+        RangeStats {
+            from: 0,
+            to: model.columns,
+            reads: model.total.reads,
+            writes: model.total.writes,
+            bytes_read: model.total.bytes_read,
+            line_fetches: m.line_fetches,
+            mean_bytes_read_per_fetch: m.mean_bytes_read_per_fetch,
+            mean_distinct_bytes_per_fetch: m.mean_distinct_bytes_per_fetch,
+            utilisation: m.utilisation,
+            reuse: m.reuse.clone(),
+            d1_read_misses: model.cache.misses.d1_read,
+            ll_read_misses: model.cache.misses.ll_read,
+            by_function: Vec::new(),
+            by_line: Vec::new(),
+        }
+    }
 }
 
 /// Replays columns `[from, to)` of `model` and sums them. `progress(done,
@@ -117,9 +143,14 @@ pub fn range_stats(
             }
         }
     }
+    if to_the_end {
+        // Lines still in the set when the trace ends count as fetches that
+        // left, as decoding counts them ([`RangeStats::whole_trace`]).
+        cursor.set_mut().drain(|d| fetches.departed(&d.state));
+    }
     stats.line_fetches = fetches.inserted;
     (stats.mean_bytes_read_per_fetch, stats.mean_distinct_bytes_per_fetch) = fetches.means();
-    stats.utilisation = stats.mean_distinct_bytes_per_fetch / f64::from(line_size.bytes());
+    stats.utilisation = fetches.utilisation(line_size.bytes());
     stats.reuse = reuse.histogram().clone();
     (stats.d1_read_misses, stats.ll_read_misses) = model.cache.columns.count(from, to);
     stats.by_function = group_accesses(&model.sites, &counts, functions.into_iter(), symbols, Grouping::Function);

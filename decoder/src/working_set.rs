@@ -143,6 +143,12 @@ impl FetchCounter {
         let n = self.departed as f64;
         (self.bytes_read as f64 / n, self.distinct_bytes as f64 / n)
     }
+
+    /// The share of a line's bytes read while it was in the set, over the
+    /// lines that left: mean distinct bytes / line size.
+    pub fn utilisation(&self, line_size: u32) -> f64 {
+        self.means().1 / f64::from(line_size)
+    }
 }
 
 impl LineObserver for FetchCounter {

@@ -518,3 +518,51 @@ fn accesses_of_64_kib_and_more_reach_every_stage_whole() {
     assert_eq!(model.metrics.reuse.cold, read_lines, "the reuse distances saw each line read");
     assert_eq!(model.total.unique_lines, read_lines + lines(70_000), "and each line written");
 }
+
+/// The stats panel's whole-trace figures come from what decoding counted
+/// (`RangeStats::whole_trace`), a selected range's from a replay
+/// (`range_stats`): a range of the whole trace must show the same figures,
+/// or selecting everything would change them. Reads, writes and
+/// read-modify-writes of one and two lines, in a working set small enough
+/// that lines leave, over many snapshots.
+#[test]
+fn a_range_of_the_whole_trace_shows_the_whole_traces_figures() {
+    use decoder::range::{RangeStats, range_stats};
+    use decoder::symbols::Symbolizer;
+    let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
+    let mut w = TraceWriter::new(std::fs::File::create(&path).expect("create"), &Metadata::new("t")).expect("header");
+    w.set_chunk_target(512);
+    let site = |w: &mut TraceWriter<std::fs::File>, pc, kind, size| {
+        w.add_site(Site { pc, len: 4, kind, size, count: 1, implied: Implied::NONE })
+    };
+    let read = site(&mut w, 0x10, AccessKind::Read, 8);
+    let wide = site(&mut w, 0x14, AccessKind::Read, 16);
+    let write = site(&mut w, 0x18, AccessKind::Write, 8);
+    let update = site(&mut w, 0x1c, AccessKind::Modify, 4);
+    w.push(1, &Event::InvocationStart { index: 0, pc: 0x1000, sp: 0x8000 }).expect("push");
+    let mut seed = 5u64;
+    for i in 0..40_000u64 {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let addr = 0x10000 + (seed >> 33) % (256 << 10);
+        let site = [read, wide, write, update][i as usize % 4];
+        // Wide reads at 8 bytes from a line's end straddle two lines.
+        let addr = if site == wide { addr | 56 } else { addr & !7 };
+        w.push(1, &Event::Access { site, addr }).expect("push");
+    }
+    w.finish(&Trailer::default()).expect("finish");
+    let model = Model::decode(&path, &options(300, 200, 2_000), &mut |_| {}).expect("decode");
+    assert!(model.working_set.snapshots.len() > 5, "{} snapshots", model.working_set.snapshots.len());
+    let whole = RangeStats::whole_trace(&model);
+    let replayed =
+        range_stats(&model, &Symbolizer::new(&model.modules), 0, model.columns, &mut |_, _| true).expect("replay");
+    assert_eq!(whole.reads, 30_000);
+    assert!(whole.line_fetches > 10_000 && whole.d1_read_misses > 0 && whole.reuse.cold > 0, "{whole:?}");
+    let figures = |s: &RangeStats| {
+        (
+            (s.from, s.to, s.reads, s.writes, s.bytes_read, s.line_fetches),
+            (s.mean_bytes_read_per_fetch, s.mean_distinct_bytes_per_fetch, s.utilisation),
+            (s.reuse.clone(), s.d1_read_misses, s.ll_read_misses),
+        )
+    };
+    assert_eq!(figures(&replayed), figures(&whole));
+}

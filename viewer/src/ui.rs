@@ -10,6 +10,8 @@ use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::inspect::Inspection;
+use decoder::range::RangeStats;
+use decoder::reuse::ReuseHistogram;
 use decoder::raster::{ColourBy, frame_colour};
 use decoder::timeline::{Census, ThreadChoice};
 use decoder::working_set::WorkingSetConfig;
@@ -640,6 +642,49 @@ fn thread_picker(ui: &mut egui::Ui, session: &mut Session, seen: &mut Option<Cen
     }
 }
 
+/// A range's (or the whole trace's) figures: the grid of counts and the
+/// reuse histogram.
+fn figures(ui: &mut egui::Ui, r: &RangeStats) {
+    egui::Grid::new("range-metrics").show(ui, |ui| {
+        for (k, v) in [
+            ("reads", r.reads.to_string()),
+            ("writes", r.writes.to_string()),
+            ("line fetches", r.line_fetches.to_string()),
+            ("bytes read / fetch", format!("{:.1}", r.mean_bytes_read_per_fetch)),
+            ("utilisation", format!("{:.0}%", 100.0 * r.utilisation)),
+            ("D1 read misses", r.d1_read_misses.to_string()),
+            ("LL read misses", r.ll_read_misses.to_string()),
+        ] {
+            ui.label(k);
+            ui.label(v);
+            ui.end_row();
+        }
+    });
+    reuse_histogram(ui, &r.reuse);
+}
+
+/// The reuse distances as bars, one a bucket from the first to the last
+/// that has reads, with the cold (first) reads on top; bar lengths are
+/// shares of the largest count.
+fn reuse_histogram(ui: &mut egui::Ui, reuse: &ReuseHistogram) {
+    ui.label("reuse distance (distinct lines between reads of a line)");
+    let last = reuse.buckets.iter().rposition(|&n| n > 0).map_or(0, |k| k + 1);
+    let rows = std::iter::once(("cold".to_string(), reuse.cold))
+        .chain(reuse.buckets[..last].iter().enumerate().map(|(k, &n)| (ReuseHistogram::bucket_label(k), n)));
+    let largest = reuse.buckets.iter().copied().chain([reuse.cold]).max().unwrap_or(0).max(1);
+    egui::Grid::new("reuse-histogram").spacing([6.0, 1.0]).show(ui, |ui| {
+        for (label, n) in rows {
+            ui.label(egui::RichText::new(label).small());
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(90.0, 10.0), egui::Sense::hover());
+            let share = n as f32 / largest as f32;
+            let bar = egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * share, rect.height()));
+            ui.painter().rect_filled(bar, 0.0, egui::Color32::from_rgb(110, 150, 210));
+            ui.label(egui::RichText::new(n.to_string()).small());
+            ui.end_row();
+        }
+    });
+}
+
 fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut UiState) {
     match range {
         Some((a, b)) => ui.heading(format!("Columns {a}..{b}")),
@@ -650,32 +695,7 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
         crate::paint::working(ui);
         return;
     };
-    if let Some(r) = &s.range {
-        egui::Grid::new("range-metrics").show(ui, |ui| {
-            for (k, v) in [
-                ("reads", r.reads.to_string()),
-                ("writes", r.writes.to_string()),
-                ("line fetches", r.line_fetches.to_string()),
-                ("bytes read / fetch", format!("{:.1}", r.mean_bytes_read_per_fetch)),
-                ("utilisation", format!("{:.0}%", 100.0 * r.utilisation)),
-                ("D1 read misses", r.d1_read_misses.to_string()),
-                ("LL read misses", r.ll_read_misses.to_string()),
-            ] {
-                ui.label(k);
-                ui.label(v);
-                ui.end_row();
-            }
-        });
-        let hist: Vec<String> = r
-            .reuse
-            .buckets
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| **n > 0)
-            .map(|(k, n)| format!("{}: {n}", decoder::reuse::ReuseHistogram::bucket_label(k)))
-            .collect();
-        ui.label(format!("reuse distance: cold {}, {}", r.reuse.cold, hist.join(", ")));
-    }
+    figures(ui, s);
     for (title, rows) in [("by function", &s.by_function), ("by line", &s.by_line)] {
         ui.separator();
         ui.strong(title);

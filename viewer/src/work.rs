@@ -20,7 +20,7 @@ use decoder::raster::{
     BitmapView, ColourBy, FlameBar, Image, MIN_BAR_PIXELS, Palette, flame_bars, rasterize_bitmap_with_progress,
 };
 use decoder::symbols::Symbolizer;
-use decoder::tables::{AccessRow, Grouping, access_table};
+use decoder::tables::{Grouping, access_table};
 
 use crate::jobs::{Cancel, Job};
 use crate::session::Loaded;
@@ -77,16 +77,6 @@ pub struct PreviewPicture {
     pub image: Arc<egui::ColorImage>,
     /// Columns decoded so far, and the estimate of all.
     pub columns: (u64, u64),
-}
-
-/// Statistics of a column range, or of the whole trace.
-pub struct Stats {
-    /// Replay results of the range (`None` for the whole trace).
-    pub range: Option<RangeStats>,
-    /// By function.
-    pub by_function: Vec<AccessRow>,
-    /// By source line.
-    pub by_line: Vec<AccessRow>,
 }
 
 /// A source file with per-line counts.
@@ -162,7 +152,7 @@ pub struct Work {
     /// Columns touching a line: (generation, line, from, to).
     pub touching: Job<(u32, u64, u64, u64), Vec<u64>>,
     /// Statistics: (generation, range).
-    pub stats: Job<(u32, Option<(u64, u64)>), Stats>,
+    pub stats: Job<(u32, Option<(u64, u64)>), RangeStats>,
     /// A source file: (generation, file, line).
     pub source: Job<(u32, String, u32), SourceText>,
     /// Function names by entry address.
@@ -356,18 +346,13 @@ pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to:
 /// Starts the statistics of a range (or the whole trace).
 pub fn want_stats(work: &mut Work, loaded: &Loaded, range: Option<(u64, u64)>) {
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
-    work.stats.want((loaded.generation, range), move |cancel| {
-        Some(match range {
-            Some((a, b)) => {
-                let stats = decoder::range::range_stats(&model, &symbols, a, b, &mut |_, _| !cancel.is_set()).ok()?;
-                Stats { by_function: stats.by_function.clone(), by_line: stats.by_line.clone(), range: Some(stats) }
-            }
-            None => Stats {
-                range: None,
-                by_function: access_table(&model, &symbols, Grouping::Function),
-                by_line: access_table(&model, &symbols, Grouping::Line),
-            },
-        })
+    work.stats.want((loaded.generation, range), move |cancel| match range {
+        Some((a, b)) => decoder::range::range_stats(&model, &symbols, a, b, &mut |_, _| !cancel.is_set()).ok(),
+        None => Some(RangeStats {
+            by_function: access_table(&model, &symbols, Grouping::Function),
+            by_line: access_table(&model, &symbols, Grouping::Line),
+            ..RangeStats::whole_trace(&model)
+        }),
     });
 }
 
