@@ -11,8 +11,8 @@ use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
 use decoder::inspect::Inspection;
 use decoder::range::RangeStats;
-use decoder::reuse::ReuseHistogram;
 use decoder::raster::{ColourBy, frame_colour};
+use decoder::reuse::ReuseHistogram;
 use decoder::timeline::{Census, ThreadChoice};
 use decoder::working_set::WorkingSetConfig;
 
