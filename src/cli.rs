@@ -653,11 +653,18 @@ pub struct ViewArgs {
     /// with (the toolbar changes them).
     #[command(flatten)]
     pub correlate: CorrelateArgs,
-    /// With --allocations: open with events A..B selected (Shift+drag
-    /// selects in the window): the side panel analyses the blocks
-    /// allocated in them.
-    #[arg(long, value_name = "A..B", requires = "allocations", value_parser = parse_columns)]
+    /// Open with A..B selected, as a drag on the ruler does: columns, with
+    /// the statistics panel showing their figures and tables; with
+    /// --allocations, events (Shift+drag selects in the window), with the
+    /// side panel analysing the blocks allocated in them.
+    #[arg(long, value_name = "A..B", conflicts_with = "compare", value_parser = parse_columns)]
     pub select: Option<(u64, u64)>,
+    /// Open with the statistics panel shown (the `Stats` button): the
+    /// trace's reads, writes, line fetches, utilisation, cache misses and
+    /// reuse distances, and its functions and lines by reads. The compare
+    /// mode shows its own; the allocations view its side panel.
+    #[arg(long, conflicts_with_all = ["compare", "allocations"])]
+    pub stats: bool,
     /// Measure: script a session (decode, pan, zoom steps), write timings
     /// as JSON here and exit (`cargo bench --bench view` uses it; with
     /// --allocations, of the allocations view; with two traces, of the

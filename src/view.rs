@@ -25,6 +25,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
     options.cursors = args.correlate.cursors.clone();
     options.cursor_strength = args.correlate.cursor_strength;
     options.selection = args.select;
+    options.stats = args.stats;
     options.screenshot = args.screenshot.map(|path| viewer::ScreenshotRequest {
         path,
         state: args.state,

@@ -613,6 +613,52 @@ fn a_linked_allocations_view_frames_the_block() {
 
 /// Four threads traced at once: the viewer shows the thread asked for
 /// (`--thread`), says so, and its columns are that thread's reads.
+/// The figures the statistics panel listed (`name: value`).
+fn stats_shown(shot: &Shot) -> Vec<String> {
+    assert_eq!(shot.state["stats_shown"], true, "the statistics are shown");
+    let lines = shot.state["stats"].as_array().expect("stats");
+    lines.iter().map(|l| l.as_str().expect("a line").to_string()).collect()
+}
+
+/// `--stats` opens the statistics panel with the whole trace's figures,
+/// the ones `report --json` prints; `--select` of every column shows the
+/// same figures, from a replay of the range; a part shows its own.
+#[test]
+fn the_stats_panel_shows_the_whole_traces_figures_and_a_ranges() {
+    let trace = fixture("lookup_hash_work.lntrace");
+    let out = linetrace()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .arg("--modules")
+        .arg(fixture(""))
+        .output()
+        .expect("report runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    let number = |v: &serde_json::Value| v.as_u64().expect("a count");
+    let (reads, columns) = (number(&report["total"]["reads"]), number(&report["columns"]));
+    let whole = stats_shown(&shoot(&trace, &["--stats"]));
+    for want in [
+        format!("reads: {reads}"),
+        format!("writes: {}", number(&report["total"]["writes"])),
+        format!("line fetches: {}", number(&report["metrics"]["line_fetches"])),
+        format!("D1 read misses: {}", number(&report["cache"]["misses"]["d1_read"])),
+        format!("utilisation: {:.0}%", 100.0 * report["metrics"]["utilisation"].as_f64().expect("a share")),
+        format!("reuse cold: {}", number(&report["metrics"]["reuse"]["cold"])),
+        format!("reuse 2-3: {}", number(&report["metrics"]["reuse"]["buckets"][2])),
+    ] {
+        assert!(whole.contains(&want), "{want:?} not in {whole:?}");
+    }
+    let everything = stats_shown(&shoot(&trace, &["--select", &format!("0..{columns}")]));
+    assert_eq!(everything, whole, "a range of every column");
+    let part = stats_shown(&shoot(&trace, &["--select", "100..400"]));
+    assert!(part.contains(&"reads: 300".to_string()), "{part:?}");
+    assert_ne!(part, whole);
+    // No line leaves the set in this range (the set holds all 86 lines):
+    // the lines in it at the range's end are the range's fetches.
+    assert!(part.iter().any(|l| l.starts_with("utilisation: ") && l != "utilisation: 0%"), "{part:?}");
+}
+
 #[test]
 fn the_viewer_shows_the_thread_asked_for() {
     let bin = c_example("thread_calls", &[]);

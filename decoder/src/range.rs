@@ -37,7 +37,9 @@ pub struct RangeStats {
     pub bytes_read: u64,
     /// Lines inserted into the working set.
     pub line_fetches: u64,
-    /// Mean bytes read per fetched line (of lines that left in the range).
+    /// Mean bytes read per fetched line: of the lines that left during the
+    /// range or were in the set at its end, what was read from them while
+    /// in the set (before the range too).
     pub mean_bytes_read_per_fetch: f64,
     /// Mean distinct bytes read per fetched line.
     pub mean_distinct_bytes_per_fetch: f64,
@@ -143,11 +145,12 @@ pub fn range_stats(
             }
         }
     }
-    if to_the_end {
-        // Lines still in the set when the trace ends count as fetches that
-        // left, as decoding counts them ([`RangeStats::whole_trace`]).
-        cursor.set_mut().drain(|d| fetches.departed(&d.state));
-    }
+    // Lines still in the set at the range's end count as lines that left,
+    // with what was read from them so far, as decoding counts the set at
+    // the trace's end ([`RangeStats::whole_trace`]). Counted from the lines
+    // that left only, a range in which none left (a working set that
+    // fits) showed 0 bytes read a fetch and 0% utilisation.
+    cursor.set_mut().drain(|d| fetches.departed(&d.state));
     stats.line_fetches = fetches.inserted;
     (stats.mean_bytes_read_per_fetch, stats.mean_distinct_bytes_per_fetch) = fetches.means();
     stats.utilisation = fetches.utilisation(line_size.bytes());

@@ -128,8 +128,12 @@ pub struct ViewerOptions {
     pub cursors: Vec<f64>,
     /// Allocations mode: their opacity.
     pub cursor_strength: f64,
-    /// Allocations mode: a part of the time axis selected at first.
+    /// A part of the time axis selected at first: columns (the single
+    /// view, whose statistics panel then shows the range), or allocation
+    /// events (the allocations view, whose side panel analyses them).
     pub selection: Option<(u64, u64)>,
+    /// The single view: open with the statistics panel shown.
+    pub stats: bool,
 }
 
 impl ViewerOptions {
@@ -150,6 +154,7 @@ impl ViewerOptions {
             cursors: Vec::new(),
             cursor_strength: 0.6,
             selection: None,
+            stats: false,
         }
     }
 }
@@ -295,11 +300,12 @@ impl Plugin for ViewerPlugin {
             ui.ignore_pointer = true;
         }
         ui.ignore_pointer |= o.bench.is_some();
+        ui.show_stats = o.stats || o.selection.is_some();
         app.insert_resource(session)
             .insert_resource(StartView(o.columns))
             .insert_resource(ui)
             .init_resource::<Viewport>()
-            .init_resource::<Selection>()
+            .insert_resource(Selection(o.selection))
             .init_resource::<Work>()
             .init_resource::<UiReport>()
             .init_resource::<search::SearchState>()

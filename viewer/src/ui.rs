@@ -157,7 +157,8 @@ pub struct UiReport {
     pub cursors: Vec<f64>,
     /// The allocations view's selected part of its time axis.
     pub selection: Option<(f64, f64)>,
-    /// The allocations view's side panel totals, `name: value`.
+    /// The statistics shown, `name: value`: the allocations view's side
+    /// panel totals, the single view's figures (with --stats).
     pub stats: Vec<String>,
     /// The source file and line shown (allocations view), and whether it
     /// could be read.
@@ -186,7 +187,8 @@ pub struct UiReport {
     /// The row labels on screen are not yet those of the current view
     /// (they are asked for once its picture is drawn).
     pub labels_pending: bool,
-    /// Compare mode: whether the statistics panel shows its tables.
+    /// Whether the statistics panel shows its figures (compare mode: its
+    /// tables).
     pub stats_shown: bool,
     /// Allocations mode: the context strip's area (the whole address axis).
     pub context: [f32; 4],
@@ -302,7 +304,7 @@ pub fn ui_system(
                     if let Some(l) = &loaded {
                         work::want_stats(&mut work, l, selection.0);
                     }
-                    stats(ui, &work, selection.0, &mut state);
+                    report.stats_shown = stats(ui, &work, selection.0, &mut state, &mut report.stats);
                 }
             });
         });
@@ -352,7 +354,8 @@ pub fn ui_system(
     }
     let tooltip_ready = state.forced_hover.is_none()
         || report.tooltip.first().is_some_and(|l| !l.ends_with('…')) && !report.bands.is_empty();
-    report.complete = report.loaded && report.sharp && tooltip_ready && !report.labels_pending;
+    let stats_ready = !state.show_stats || report.stats_shown;
+    report.complete = report.loaded && report.sharp && tooltip_ready && !report.labels_pending && stats_ready;
     *activity = crate::pacing::Activity::of(session.loading.is_some(), work.busy());
     report.ui_cpu_ms = stopwatch.cpu().as_secs_f64() * 1e3;
     Ok(())
@@ -643,8 +646,8 @@ fn thread_picker(ui: &mut egui::Ui, session: &mut Session, seen: &mut Option<Cen
 }
 
 /// A range's (or the whole trace's) figures: the grid of counts and the
-/// reuse histogram.
-fn figures(ui: &mut egui::Ui, r: &RangeStats) {
+/// reuse histogram. Each figure also goes to `shown` as `name: value`.
+fn figures(ui: &mut egui::Ui, r: &RangeStats, shown: &mut Vec<String>) {
     egui::Grid::new("range-metrics").show(ui, |ui| {
         for (k, v) in [
             ("reads", r.reads.to_string()),
@@ -656,17 +659,18 @@ fn figures(ui: &mut egui::Ui, r: &RangeStats) {
             ("LL read misses", r.ll_read_misses.to_string()),
         ] {
             ui.label(k);
-            ui.label(v);
+            ui.label(&v);
             ui.end_row();
+            shown.push(format!("{k}: {v}"));
         }
     });
-    reuse_histogram(ui, &r.reuse);
+    reuse_histogram(ui, &r.reuse, shown);
 }
 
 /// The reuse distances as bars, one a bucket from the first to the last
 /// that has reads, with the cold (first) reads on top; bar lengths are
 /// shares of the largest count.
-fn reuse_histogram(ui: &mut egui::Ui, reuse: &ReuseHistogram) {
+fn reuse_histogram(ui: &mut egui::Ui, reuse: &ReuseHistogram, shown: &mut Vec<String>) {
     ui.label("reuse distance (distinct lines between reads of a line)");
     let last = reuse.buckets.iter().rposition(|&n| n > 0).map_or(0, |k| k + 1);
     let rows = std::iter::once(("cold".to_string(), reuse.cold))
@@ -674,18 +678,27 @@ fn reuse_histogram(ui: &mut egui::Ui, reuse: &ReuseHistogram) {
     let largest = reuse.buckets.iter().copied().chain([reuse.cold]).max().unwrap_or(0).max(1);
     egui::Grid::new("reuse-histogram").spacing([6.0, 1.0]).show(ui, |ui| {
         for (label, n) in rows {
-            ui.label(egui::RichText::new(label).small());
+            ui.label(egui::RichText::new(label.as_str()).small());
             let (rect, _) = ui.allocate_exact_size(egui::vec2(90.0, 10.0), egui::Sense::hover());
             let share = n as f32 / largest as f32;
             let bar = egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * share, rect.height()));
             ui.painter().rect_filled(bar, 0.0, egui::Color32::from_rgb(110, 150, 210));
             ui.label(egui::RichText::new(n.to_string()).small());
             ui.end_row();
+            shown.push(format!("reuse {label}: {n}"));
         }
     });
 }
 
-fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut UiState) {
+/// The statistics panel; true once its figures are on screen (they go to
+/// `shown` too).
+fn stats(
+    ui: &mut egui::Ui,
+    work: &Work,
+    range: Option<(u64, u64)>,
+    state: &mut UiState,
+    shown: &mut Vec<String>,
+) -> bool {
     match range {
         Some((a, b)) => ui.heading(format!("Columns {a}..{b}")),
         None => ui.heading("Whole trace"),
@@ -693,9 +706,9 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
     ui.label(egui::RichText::new("drag on the ruler to select a range").small());
     let Some((_, s)) = work.stats.latest().filter(|(k, _)| k.1 == range) else {
         crate::paint::working(ui);
-        return;
+        return false;
     };
-    figures(ui, s);
+    figures(ui, s, shown);
     for (title, rows) in [("by function", &s.by_function), ("by line", &s.by_line)] {
         ui.separator();
         ui.strong(title);
@@ -720,6 +733,7 @@ fn stats(ui: &mut egui::Ui, work: &Work, range: Option<(u64, u64)>, state: &mut 
             }
         });
     }
+    true
 }
 
 fn source_view(ui: &mut egui::Ui, state: &mut UiState, work: &Work) {
@@ -1076,6 +1090,10 @@ fn main_view(
     report.labels_pending = work.bands.result_for(&(l.generation, reference)).is_none();
     if let Some((_, bands)) = work.bands.latest() {
         let painter_g = ui.painter_at(gutter);
+        // The caption at the gutter's foot keeps its own strip: a band's
+        // label is centred in the part of the band above it that shows (a
+        // label centred in a band reaching the bottom was drawn over it).
+        let caption_top = gutter.bottom() - 14.0;
         for (k, b) in bands.iter().enumerate() {
             let (y0, y1) = (row_y(b.first_row as f64), row_y((b.first_row + b.rows) as f64));
             if y1 < gutter.top() || y0 > gutter.bottom() {
@@ -1083,10 +1101,11 @@ fn main_view(
             }
             let shade = if k % 2 == 0 { egui::Color32::from_gray(38) } else { egui::Color32::from_gray(30) };
             painter_g.rect_filled(egui::Rect::from_x_y_ranges(gutter.x_range(), y0..=y1.max(y0 + 1.0)), 0.0, shade);
-            if y1 - y0 >= 9.0 {
+            let (shown_top, shown_bottom) = (y0.max(gutter.top()), y1.min(caption_top));
+            if shown_bottom - shown_top >= 9.0 {
                 let text: String = b.label.chars().take(26).collect();
                 painter_g.text(
-                    egui::pos2(gutter.left() + 4.0, (y0 + y1) / 2.0),
+                    egui::pos2(gutter.left() + 4.0, (shown_top + shown_bottom) / 2.0),
                     egui::Align2::LEFT_CENTER,
                     text,
                     egui::FontId::proportional(11.0),
