@@ -657,6 +657,15 @@ fn the_stats_panel_shows_the_whole_traces_figures_and_a_ranges() {
     // No line leaves the set in this range (the set holds all 86 lines):
     // the lines in it at the range's end are the range's fetches.
     assert!(part.iter().any(|l| l.starts_with("utilisation: ") && l != "utilisation: 0%"), "{part:?}");
+    // A selection past the trace's end is cut there; one wholly past it is
+    // dropped, with a word in the status line, and the panel shows the
+    // whole trace.
+    let beyond = stats_shown(&shoot(&trace, &["--select", &format!("0..{}", columns * 10)]));
+    assert_eq!(beyond, whole, "cut at the trace's end");
+    let past = shoot(&trace, &["--select", &format!("{}..{}", columns + 5, columns + 10)]);
+    assert_eq!(stats_shown(&past), whole);
+    let status = past.state["status"].as_str().expect("status");
+    assert!(status.contains(&format!("past the trace's {columns} columns")), "{status}");
 }
 
 #[test]

@@ -286,9 +286,13 @@ pub struct ViewerPlugin {
 #[derive(SystemSet, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ViewCommandsApplied;
 
-/// Columns to fit once the trace is decoded.
+/// Columns to fit once the trace is decoded, and whether the selection
+/// asked for is still to be checked against the trace's columns.
 #[derive(Resource)]
-struct StartView(Option<(u64, u64)>);
+struct StartView {
+    columns: Option<(u64, u64)>,
+    check_selection: bool,
+}
 
 impl Plugin for ViewerPlugin {
     fn build(&self, app: &mut App) {
@@ -302,7 +306,7 @@ impl Plugin for ViewerPlugin {
         ui.ignore_pointer |= o.bench.is_some();
         ui.show_stats = o.stats || o.selection.is_some();
         app.insert_resource(session)
-            .insert_resource(StartView(o.columns))
+            .insert_resource(StartView { columns: o.columns, check_selection: o.selection.is_some() })
             .insert_resource(ui)
             .init_resource::<Viewport>()
             .insert_resource(Selection(o.selection))
@@ -344,12 +348,27 @@ fn spawn_camera(mut c: Commands) {
     ));
 }
 
-fn start_view(session: Res<Session>, mut start: ResMut<StartView>, mut view: ResMut<Viewport>) {
-    if session.loaded.is_none() {
-        return;
-    }
-    if let Some((a, b)) = start.0.take() {
+fn start_view(
+    session: Res<Session>,
+    mut start: ResMut<StartView>,
+    mut view: ResMut<Viewport>,
+    mut selection: ResMut<Selection>,
+    mut ui: ResMut<UiState>,
+) {
+    let Some(loaded) = &session.loaded else { return };
+    if let Some((a, b)) = start.columns.take() {
         view.fit(a as f64, b as f64, 0.0);
+    }
+    // A selection reaching past the trace is cut at its end; one wholly
+    // past it would show a range of no reads: it is dropped, and said.
+    if std::mem::take(&mut start.check_selection)
+        && let Some((a, b)) = selection.0
+    {
+        let columns = loaded.model.columns;
+        selection.0 = (a < columns).then_some((a, b.min(columns)));
+        if selection.0.is_none() {
+            ui.notice = Some(format!("the selection {a}..{b} is past the trace's {columns} columns"));
+        }
     }
 }
 

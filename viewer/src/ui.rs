@@ -158,7 +158,7 @@ pub struct UiReport {
     /// The allocations view's selected part of its time axis.
     pub selection: Option<(f64, f64)>,
     /// The statistics shown, `name: value`: the allocations view's side
-    /// panel totals, the single view's figures (with --stats).
+    /// panel totals, the single view's Stats panel figures.
     pub stats: Vec<String>,
     /// The source file and line shown (allocations view), and whether it
     /// could be read.
