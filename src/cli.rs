@@ -788,11 +788,12 @@ pub fn parse_addresses(text: &str) -> Result<(u64, u64), String> {
 
 /// Parses `A..B` into a column range.
 pub fn parse_columns(text: &str) -> Result<(u64, u64), String> {
-    let (a, b) = text.split_once("..").ok_or_else(|| format!("--columns {text:?}: expected A..B"))?;
-    let parse = |s: &str| s.trim().parse::<u64>().map_err(|_| format!("--columns {text:?}: {s:?} is not a number"));
+    // No option named: clap names the one parsed (`--columns`, `--select`).
+    let (a, b) = text.split_once("..").ok_or_else(|| format!("{text:?}: expected A..B"))?;
+    let parse = |s: &str| s.trim().parse::<u64>().map_err(|_| format!("{text:?}: {s:?} is not a number"));
     let (a, b) = (parse(a)?, parse(b)?);
     if a >= b {
-        return Err(format!("--columns {text:?}: the range is empty"));
+        return Err(format!("{text:?}: the range is empty"));
     }
     Ok((a, b))
 }

@@ -36,7 +36,8 @@ impl Format {
 
 /// Draws the flamegraph and the bitmap of a trace to an image file.
 pub fn render(args: RenderArgs) -> Result<()> {
-    let columns = args.columns.as_deref().map(cli::parse_columns).transpose().map_err(anyhow::Error::msg)?;
+    let columns =
+        args.columns.as_deref().map(cli::parse_columns).transpose().map_err(|e| anyhow::anyhow!("--columns {e}"))?;
     let format = Format::of(&args.output)?;
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;

@@ -226,11 +226,8 @@ impl Comparison {
     /// ([`PaintedView::picture_threads`]); the other pane follows it
     /// through the matched frames, at a scale the matching may stretch.
     fn picture_threads(&self) -> PictureThreads {
-        if self.panes.iter().any(|p| p.painted_view.panned_to(&p.view)) {
-            PictureThreads::One
-        } else {
-            PictureThreads::Two
-        }
+        let mut each = self.panes.iter().map(|p| p.painted_view.picture_threads(&p.view));
+        if each.any(|t| t == PictureThreads::One) { PictureThreads::One } else { PictureThreads::Two }
     }
 
     /// Moves the other pane to where pane `side` is.

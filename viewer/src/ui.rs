@@ -704,9 +704,18 @@ fn stats(
         None => ui.heading("Whole trace"),
     };
     ui.label(egui::RichText::new("drag on the ruler to select a range").small());
-    let Some((_, s)) = work.stats.latest().filter(|(k, _)| k.1 == range) else {
-        crate::paint::working(ui);
-        return false;
+    let s = match work.stats.latest().filter(|(k, _)| k.1 == range) {
+        Some((_, Ok(s))) => s,
+        Some((_, Err(e))) => {
+            let message = format!("cannot sum this range: {e}");
+            ui.colored_label(egui::Color32::LIGHT_RED, &message);
+            shown.push(message);
+            return true;
+        }
+        None => {
+            crate::paint::working(ui);
+            return false;
+        }
     };
     figures(ui, s, shown);
     for (title, rows) in [("by function", &s.by_function), ("by line", &s.by_line)] {

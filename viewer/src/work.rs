@@ -79,6 +79,10 @@ pub struct PreviewPicture {
     pub columns: (u64, u64),
 }
 
+/// The statistics of a range or the whole trace, or why a range could not
+/// be summed.
+pub type StatsResult = Result<RangeStats, String>;
+
 /// A source file with per-line counts.
 pub struct SourceText {
     /// Where it was looked for and found (or not).
@@ -152,7 +156,7 @@ pub struct Work {
     /// Columns touching a line: (generation, line, from, to).
     pub touching: Job<(u32, u64, u64, u64), Vec<u64>>,
     /// Statistics: (generation, range).
-    pub stats: Job<(u32, Option<(u64, u64)>), RangeStats>,
+    pub stats: Job<(u32, Option<(u64, u64)>), StatsResult>,
     /// A source file: (generation, file, line).
     pub source: Job<(u32, String, u32), SourceText>,
     /// Function names by entry address.
@@ -347,12 +351,19 @@ pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to:
 pub fn want_stats(work: &mut Work, loaded: &Loaded, range: Option<(u64, u64)>) {
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
     work.stats.want((loaded.generation, range), move |cancel| match range {
-        Some((a, b)) => decoder::range::range_stats(&model, &symbols, a, b, &mut |_, _| !cancel.is_set()).ok(),
-        None => Some(RangeStats {
+        // A range replays the trace file, which can fail (the file changed
+        // since it was decoded): said in the panel, not left "working".
+        Some((a, b)) => match decoder::range::range_stats(&model, &symbols, a, b, &mut |_, _| !cancel.is_set()) {
+            Err(DecodeError::Cancelled) => None,
+            result => Some(
+                result.map_err(|e| format!("{}: {}", model.trace_path.display(), decoder::symbols::error_chain(&e))),
+            ),
+        },
+        None => Some(Ok(RangeStats {
             by_function: access_table(&model, &symbols, Grouping::Function),
             by_line: access_table(&model, &symbols, Grouping::Line),
             ..RangeStats::whole_trace(&model)
-        }),
+        })),
     });
 }
 
@@ -441,6 +452,29 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A range whose replay fails (the trace file is gone since it was
+    /// decoded) is an error in the panel's result, not a result that never
+    /// comes; the whole trace's figures need no replay.
+    #[test]
+    fn a_range_that_cannot_be_replayed_says_why() {
+        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/lookup_hash_work.lntrace");
+        let mut model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
+        model.trace_path = std::env::temp_dir().join(format!("linetrace-gone-{}.lntrace", std::process::id()));
+        let symbols = Arc::new(Symbolizer::new(&model.modules));
+        let loaded = Loaded { model: Arc::new(model), symbols, generation: 1, decode_time: Duration::ZERO };
+        bevy::tasks::AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
+        let mut work = Work::default();
+        for range in [Some((100, 400)), None] {
+            want_stats(&mut work, &loaded, range);
+            assert!(work.stats.wait_for(&(1, range), Duration::from_secs(60)), "{range:?} summed");
+            match (range, work.stats.result_for(&(1, range))) {
+                (Some(_), Some(Err(e))) => assert!(e.contains("linetrace-gone"), "{e}"),
+                (None, Some(Ok(s))) => assert_eq!(s.reads, loaded.model.columns),
+                (_, other) => panic!("{range:?}: {:?}", other.map(|r| r.as_ref().map(|s| s.reads))),
+            }
+        }
+    }
 
     /// A source file modified after the recording started says so; one
     /// older than it, or a recording of unknown time, does not.
