@@ -158,7 +158,7 @@ pub struct Comparison {
     /// Bitmap colouring.
     pub colour_by: ColourBy,
     matching: Job<(u32, u32), Arc<FrameMatching>>,
-    stats: Job<(u32, u32, Option<Ranges>), CompareStats>,
+    stats: Job<(u32, u32, Option<Ranges>), Result<CompareStats, String>>,
     start: Option<(u64, u64)>,
     show_stats: bool,
     show_help: bool,
@@ -821,7 +821,44 @@ fn frame_lines(
     lines
 }
 
-/// The statistics panel; true once its tables are shown.
+/// The statistics panel's content for `selection` (the whole traces when
+/// none), or why a side's range cannot be summed (its trace file is gone
+/// or changed since it was decoded); `None` when cancelled.
+fn compared(
+    a: &Loaded,
+    b: &Loaded,
+    selection: Option<Ranges>,
+    cancel: &crate::jobs::Cancel,
+) -> Option<Result<CompareStats, String>> {
+    let Some([ra, rb]) = selection else {
+        let by_function = diff(&a.model, &a.symbols, &b.model, &b.symbols, Grouping::Function);
+        let by_line = diff(&a.model, &a.symbols, &b.model, &b.symbols, Grouping::Line);
+        return Some(Ok(CompareStats {
+            title: "whole traces".into(),
+            metrics: by_function.metrics,
+            by_function: by_function.rows,
+            by_line: by_line.rows,
+        }));
+    };
+    let sa = match work::summed_range(&a.model, &a.symbols, ra, cancel)? {
+        Ok(s) => s,
+        Err(e) => return Some(Err(format!("A: {e}"))),
+    };
+    let sb = match work::summed_range(&b.model, &b.symbols, rb, cancel)? {
+        Ok(s) => s,
+        Err(e) => return Some(Err(format!("B: {e}"))),
+    };
+    let d = range_diff(&sa, &sb);
+    Some(Ok(CompareStats {
+        title: "ranges".into(),
+        metrics: d.metrics,
+        by_function: d.by_function,
+        by_line: d.by_line,
+    }))
+}
+
+/// The statistics panel; true once its tables (or why there are none) are
+/// shown.
 fn stats_panel(ui: &mut egui::Ui, c: &mut Comparison) -> bool {
     let Some([a, b]) = c.loaded() else {
         crate::paint::working(ui);
@@ -837,36 +874,18 @@ fn stats_panel(ui: &mut egui::Ui, c: &mut Comparison) -> bool {
         c.selection = None;
     }
     let key = (a.generation, b.generation, selection);
-    c.stats.want(key, move |cancel| {
-        Some(match selection {
-            None => {
-                let by_function = diff(&a.model, &a.symbols, &b.model, &b.symbols, Grouping::Function);
-                let by_line = diff(&a.model, &a.symbols, &b.model, &b.symbols, Grouping::Line);
-                CompareStats {
-                    title: "whole traces".into(),
-                    metrics: by_function.metrics,
-                    by_function: by_function.rows,
-                    by_line: by_line.rows,
-                }
-            }
-            Some([ra, rb]) => {
-                let mut keep_going = |_, _| !cancel.is_set();
-                let sa = decoder::range::range_stats(&a.model, &a.symbols, ra.0, ra.1, &mut keep_going).ok()?;
-                let sb = decoder::range::range_stats(&b.model, &b.symbols, rb.0, rb.1, &mut keep_going).ok()?;
-                let d = range_diff(&sa, &sb);
-                CompareStats {
-                    title: "ranges".into(),
-                    metrics: d.metrics,
-                    by_function: d.by_function,
-                    by_line: d.by_line,
-                }
-            }
-        })
-    });
+    c.stats.want(key, move |cancel| compared(&a, &b, selection, &cancel));
     c.stats.poll();
-    let Some(s) = c.stats.result_for(&key) else {
-        crate::paint::working(ui);
-        return false;
+    let s = match c.stats.result_for(&key) {
+        Some(Ok(s)) => s,
+        Some(Err(e)) => {
+            ui.colored_label(egui::Color32::LIGHT_RED, format!("cannot compare these ranges: {e}"));
+            return true;
+        }
+        None => {
+            crate::paint::working(ui);
+            return false;
+        }
     };
     egui::Grid::new("compare-metrics").striped(true).show(ui, |ui| {
         for h in ["metric", "A", "B", "B/A"] {
@@ -997,5 +1016,33 @@ mod tests {
         assert!(seen[0].iter().any(Option::is_some), "frames with partners");
         assert_ne!(seen[0], seen[1], "reads and D1 misses change differently");
         assert_eq!(seen[0], seen[2]);
+    }
+
+    /// Ranges of a trace whose file is gone since it was decoded cannot be
+    /// summed: the panel's result says which side and why (it was dropped,
+    /// and the panel said "working" for ever); the whole traces need no
+    /// replay, and two readable ranges are compared.
+    #[test]
+    fn ranges_that_cannot_be_replayed_say_which_side_and_why() {
+        let decode = |name| Model::decode(&fixture(name), &DecodeOptions::default(), &mut |_| {}).expect("decode");
+        let loaded = |model: Model| {
+            let symbols = Arc::new(Symbolizer::new(&model.modules));
+            Loaded { model: Arc::new(model), symbols, generation: 1, decode_time: Duration::ZERO }
+        };
+        let a = loaded(decode("lookup_scan_work.lntrace"));
+        let mut gone = decode("lookup_hash_work.lntrace");
+        gone.trace_path = std::env::temp_dir().join(format!("linetrace-gone-b-{}.lntrace", std::process::id()));
+        let b = loaded(gone);
+        let cancel = crate::jobs::Cancel::default();
+        let ranges = Some([(10, 200), (10, 200)]);
+        match compared(&a, &b, ranges, &cancel) {
+            Some(Err(e)) => assert!(e.starts_with("B: ") && e.contains("linetrace-gone-b"), "{e}"),
+            other => panic!("{:?}", other.map(|r| r.map(|s| s.title))),
+        }
+        let whole = compared(&a, &b, None, &cancel).expect("not cancelled").expect("no replay");
+        assert_eq!(whole.title, "whole traces");
+        let both = compared(&a, &a, ranges, &cancel).expect("not cancelled").expect("readable");
+        let reads = both.metrics.iter().find(|m| m.name == "reads").expect("a reads metric");
+        assert_eq!((reads.a, reads.b), (190.0, 190.0));
     }
 }

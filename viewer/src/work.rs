@@ -347,18 +347,24 @@ pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to:
     });
 }
 
+/// The statistics of columns `range` of `model`, or why they cannot be
+/// summed (the replay reads the trace file, which can be gone or changed
+/// since it was decoded): said in the panel, not left "working"; `None`
+/// when cancelled.
+pub fn summed_range(model: &Model, symbols: &Symbolizer, range: (u64, u64), cancel: &Cancel) -> Option<StatsResult> {
+    match decoder::range::range_stats(model, symbols, range.0, range.1, &mut |_, _| !cancel.is_set()) {
+        Err(DecodeError::Cancelled) => None,
+        result => {
+            Some(result.map_err(|e| format!("{}: {}", model.trace_path.display(), decoder::symbols::error_chain(&e))))
+        }
+    }
+}
+
 /// Starts the statistics of a range (or the whole trace).
 pub fn want_stats(work: &mut Work, loaded: &Loaded, range: Option<(u64, u64)>) {
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
     work.stats.want((loaded.generation, range), move |cancel| match range {
-        // A range replays the trace file, which can fail (the file changed
-        // since it was decoded): said in the panel, not left "working".
-        Some((a, b)) => match decoder::range::range_stats(&model, &symbols, a, b, &mut |_, _| !cancel.is_set()) {
-            Err(DecodeError::Cancelled) => None,
-            result => Some(
-                result.map_err(|e| format!("{}: {}", model.trace_path.display(), decoder::symbols::error_chain(&e))),
-            ),
-        },
+        Some(columns) => summed_range(&model, &symbols, columns, &cancel),
         None => Some(Ok(RangeStats {
             by_function: access_table(&model, &symbols, Grouping::Function),
             by_line: access_table(&model, &symbols, Grouping::Line),
