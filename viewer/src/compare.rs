@@ -368,19 +368,20 @@ fn compare_ui(
     let mut hover = None;
     // Decided before either pane paints (which moves its painted view).
     let threads = c.picture_threads();
+    // A zoom step's frame waits for its pictures. Not a drag's: its frames
+    // follow the pointer.
+    let zoom_step = c.panes.iter().any(|p| p.painted_view.zoomed_to(&p.view)) && !ctx.input(|i| i.pointer.any_down());
     crate::paint::central_panel(&ctx).show(&mut root, |ui| {
         let full = ui.available_rect_before_wrap();
-        let half = full.height() / 2.0;
-        for side in [Side::A, Side::B] {
-            let top = full.top() + half * side.index() as f32;
-            let rect =
-                egui::Rect::from_min_max(egui::pos2(full.left(), top), egui::pos2(full.right(), top + half - 3.0));
+        let rects = pane_rects(full);
+        want_pictures(c, rects, threads, zoom_step, ppp);
+        for (side, rect) in [Side::A, Side::B].into_iter().zip(rects) {
             let m = matching.as_deref();
             if let Some(h) = pane_view(ui, &ctx, c, side, rect, threads, m, &mut commands, &mut report, ppp) {
                 hover = Some((side, h));
             }
         }
-        let split = full.top() + half - 2.0;
+        let split = rects[0].bottom() + 1.0;
         ui.painter().hline(full.x_range(), split, egui::Stroke::new(2.0, egui::Color32::from_gray(90)));
     });
     c.hover = hover;
@@ -522,6 +523,88 @@ fn status_line(pane: &Pane) -> String {
     )
 }
 
+/// A pane's header (its trace's name) in the pane's `rect`.
+fn header_of(rect: egui::Rect) -> egui::Rect {
+    egui::Rect::from_min_size(rect.min + egui::vec2(MARGIN_W, 0.0), egui::vec2(rect.width() - MARGIN_W, HEADER_H))
+}
+
+/// Where a decoded pane's ruler, flamegraph and bitmap go in its `rect`,
+/// and the key of its bitmap's picture.
+struct PaneAreas {
+    ruler: egui::Rect,
+    flame: egui::Rect,
+    bitmap: egui::Rect,
+    /// Flamegraph rows laid out ([`Loaded::flame_depth`]), and the levels
+    /// of them shown.
+    depth: u32,
+    levels: u32,
+    key: RenderKey,
+}
+
+impl PaneAreas {
+    /// The areas of `pane` (trace `l`) in `rect`; `None` when the pane
+    /// shows no picture (no reads, or too small).
+    fn of(pane: &Pane, l: &Loaded, rect: egui::Rect, colour_by: ColourBy, ppp: f32) -> Option<PaneAreas> {
+        if l.model.columns == 0 {
+            return None;
+        }
+        let header = header_of(rect);
+        let ruler = egui::Rect::from_min_size(header.left_bottom(), egui::vec2(header.width(), RULER_H));
+        let depth = l.flame_depth(pane.work.render.latest().map(|(_, r)| &r.frames[..]));
+        let (flame, bitmap, levels) = paint::flame_and_bitmap(ruler, rect.bottom(), depth, 0.45);
+        if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
+            return None;
+        }
+        let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
+        let key = RenderKey::of_view(l.generation, &pane.view, size, 1.0, colour_by);
+        Some(PaneAreas { ruler, flame, bitmap, depth, levels, key })
+    }
+}
+
+/// Asks for both panes' pictures (in `rects`) before either is painted,
+/// and on a zoom step's frame (`zoom_step`) waits a little for them: the
+/// step's frame then shows them sharp. Asked for and painted pane by pane,
+/// B's picture was asked for after A had painted, and never waited for:
+/// the step's frame, drawn by the CPU renderer while the pictures were,
+/// showed both stretched, and each picture that came drew another. The
+/// 10M-read compare session of `cargo bench --bench view`, zoom step to
+/// the sharp pictures, median and slowest: 98-125 ms and 297-349 ms in 5
+/// sessions before, 57-61 ms and 122-133 ms in 2 after (with the layout of
+/// [`Loaded::flame_depth`]).
+fn want_pictures(c: &mut Comparison, rects: [egui::Rect; 2], threads: PictureThreads, zoom_step: bool, ppp: f32) {
+    let Some(pair) = c.loaded() else { return };
+    let colour_by = c.colour_by;
+    let mut wanted = Vec::new();
+    for side in [Side::A, Side::B] {
+        let (pane, l) = (&mut c.panes[side.index()], &pair[side.index()]);
+        if let Some(areas) = PaneAreas::of(pane, l, rects[side.index()], colour_by, ppp) {
+            let last_cost = pane.work.render.latest().map(|(_, r)| r.cpu);
+            work::want_render(&mut pane.work, l, areas.key.clone(), threads);
+            wanted.push((side, areas.key, last_cost));
+        }
+    }
+    if !zoom_step {
+        return;
+    }
+    // One wait for both: the step's frame is held back by at most one
+    // [`crate::jobs::ZOOM_WAIT`].
+    let started = std::time::Instant::now();
+    for (side, key, last_cost) in wanted {
+        if !c.panes[side.index()].work.render.wait_for_zoom_step(&key, last_cost, started) {
+            return;
+        }
+    }
+}
+
+/// Where each pane goes in the central panel's `full` area: A above B.
+fn pane_rects(full: egui::Rect) -> [egui::Rect; 2] {
+    let half = full.height() / 2.0;
+    [Side::A, Side::B].map(|side| {
+        let top = full.top() + half * side.index() as f32;
+        egui::Rect::from_min_max(egui::pos2(full.left(), top), egui::pos2(full.right(), top + half - 3.0))
+    })
+}
+
 /// One pane: header, ruler, flamegraph, bitmap, in `rect`, its picture
 /// drawn on `threads`. Returns what is hovered.
 #[allow(clippy::too_many_arguments)]
@@ -549,8 +632,7 @@ fn pane_view(
         egui::FontId::proportional(18.0),
         egui::Color32::WHITE,
     );
-    let header =
-        egui::Rect::from_min_size(rect.min + egui::vec2(MARGIN_W, 0.0), egui::vec2(rect.width() - MARGIN_W, HEADER_H));
+    let header = header_of(rect);
     painter.text(
         header.left_center(),
         egui::Align2::LEFT_CENTER,
@@ -593,17 +675,10 @@ fn pane_view(
         paint::centred_message(&painter, rect, text, 14.0);
         return None;
     }
-    let ruler = egui::Rect::from_min_size(header.left_bottom(), egui::vec2(header.width(), RULER_H));
-    let depth = pane.work.render.latest().map(|(_, r)| decoder::calltree::height(&r.frames)).unwrap_or(1).max(1);
-    let (flame, bitmap, levels) = paint::flame_and_bitmap(ruler, rect.bottom(), depth, 0.45);
-    if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
-        return None;
-    }
+    let PaneAreas { ruler, flame, bitmap, depth, levels, key } = PaneAreas::of(pane, l, rect, colour_by, ppp)?;
     let view = pane.view;
 
-    // The picture of this view.
-    let size = ((bitmap.width() * ppp).round() as u32, (bitmap.height() * ppp).round() as u32);
-    let key = RenderKey::of_view(l.generation, &view, size, 1.0, colour_by);
+    // The picture of this view (asked for already by `want_pictures`).
     work::want_render(&mut pane.work, l, key.clone(), threads);
     let shown =
         pane.picture.paint(ui, if side == Side::A { "bitmap-a" } else { "bitmap-b" }, &pane.work, &view, bitmap, &key);
@@ -1027,7 +1102,7 @@ mod tests {
         let decode = |name| Model::decode(&fixture(name), &DecodeOptions::default(), &mut |_| {}).expect("decode");
         let loaded = |model: Model| {
             let symbols = Arc::new(Symbolizer::new(&model.modules));
-            Loaded { model: Arc::new(model), symbols, generation: 1, decode_time: Duration::ZERO }
+            Loaded::new(model, symbols, 1, Duration::ZERO)
         };
         let a = loaded(decode("lookup_scan_work.lntrace"));
         let mut gone = decode("lookup_hash_work.lntrace");

@@ -658,7 +658,7 @@ fn main_view(
     // drag's: its frames follow the pointer.
     if m.painted_view.zoomed_to(&m.view) && !response.dragged() {
         let last_cost = m.picture.latest().map(|(_, d)| d.cpu);
-        m.picture.wait_for_zoom_step(&key, last_cost);
+        m.picture.wait_for_zoom_step(&key, last_cost, std::time::Instant::now());
     }
     for (job, texture, name) in
         [(&m.picture, &mut m.texture, "heap"), (&m.context, &mut m.context_texture, "heap-context")]

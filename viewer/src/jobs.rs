@@ -314,15 +314,17 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
         }
     }
 
-    /// A zoom step's frame: waits up to [`ZOOM_WAIT`] for the picture of
-    /// `key`, unless the last picture cost more than twice that CPU to
-    /// draw (`last_cost`; none yet: no wait). A zoom step halves or
-    /// doubles what is in view, and a picture's cost changed by up to
-    /// about that much from one step to the next (the allocations view's
-    /// whole run took 225 ms, the first step into it under 150). Whether
-    /// it is in.
-    pub fn wait_for_zoom_step(&mut self, key: &K, last_cost: Option<Duration>) -> bool {
-        last_cost.is_some_and(|cost| cost <= ZOOM_WAIT * 2) && self.wait_for(key, ZOOM_WAIT)
+    /// A zoom step's frame: waits until [`ZOOM_WAIT`] after `started`
+    /// (when the frame began waiting: the pictures of one step share the
+    /// wait) for the picture of `key`, unless the last picture cost more
+    /// than twice that CPU to draw (`last_cost`; none yet: no wait). A zoom
+    /// step halves or doubles what is in view, and a picture's cost changed
+    /// by up to about that much from one step to the next (the allocations
+    /// view's whole run took 225 ms, the first step into it under 150).
+    /// Whether it is in.
+    pub fn wait_for_zoom_step(&mut self, key: &K, last_cost: Option<Duration>, started: Instant) -> bool {
+        let left = (started + ZOOM_WAIT).saturating_duration_since(Instant::now());
+        last_cost.is_some_and(|cost| cost <= ZOOM_WAIT * 2) && self.wait_for(key, left)
     }
 
     /// The last failure, if the newest work asked for failed.
@@ -502,9 +504,19 @@ mod tests {
             Some(1)
         };
         job.want(1, slow);
-        assert!(!job.wait_for_zoom_step(&1, None), "no picture yet to go by");
-        assert!(!job.wait_for_zoom_step(&1, Some(ZOOM_WAIT * 3)), "the last one was too slow");
-        assert!(job.wait_for_zoom_step(&1, Some(ZOOM_WAIT * 3 / 2)), "one about as slow as the wait: waited for");
+        let now = Instant::now();
+        assert!(!job.wait_for_zoom_step(&1, None, now), "no picture yet to go by");
+        assert!(!job.wait_for_zoom_step(&1, Some(ZOOM_WAIT * 3), now), "the last one was too slow");
+        // The pictures of one step share its wait: one that began a wait
+        // ago has none left (the picture takes 50 ms, the asserts above
+        // none).
+        let spent = now.checked_sub(ZOOM_WAIT).expect("the clock runs longer than a wait");
+        assert!(!job.wait_for_zoom_step(&1, Some(ZOOM_WAIT), spent), "the step's wait was spent on another picture");
+        assert!(job.result_for(&1).is_none(), "the picture is not in yet: the wait above did not wait");
+        assert!(
+            job.wait_for_zoom_step(&1, Some(ZOOM_WAIT * 3 / 2), Instant::now()),
+            "one about as slow as the wait: waited for"
+        );
     }
 
     /// Other work ending while a picture is drawn does not wake the window;

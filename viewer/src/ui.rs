@@ -861,7 +861,7 @@ fn main_view(
     );
     let ruler =
         egui::Rect::from_min_size(overview.left_bottom() + egui::vec2(0.0, 2.0), egui::vec2(overview.width(), RULER_H));
-    let depth = work.render.latest().map(|(_, r)| decoder::calltree::height(&r.frames)).unwrap_or(1).max(1);
+    let depth = l.flame_depth(work.render.latest().map(|(_, r)| &r.frames[..]));
     let (flame, bitmap, levels) = crate::paint::flame_and_bitmap(ruler, full.bottom(), depth, 0.4);
     let gutter = egui::Rect::from_min_max(
         egui::pos2(full.left(), bitmap.top()),
@@ -904,7 +904,7 @@ fn main_view(
     // drag's: its frames follow the pointer.
     if state.painted_view.zoomed_to(view) && !response.dragged() {
         let last_cost = work.render.latest().map(|(_, r)| r.cpu);
-        work.render.wait_for_zoom_step(&key, last_cost);
+        work.render.wait_for_zoom_step(&key, last_cost, std::time::Instant::now());
     }
     work::want_overview(work, l, (overview.width() * ppp) as u32, (overview.height() * ppp) as u32);
 

@@ -468,7 +468,7 @@ mod tests {
         let mut model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
         model.trace_path = std::env::temp_dir().join(format!("linetrace-gone-{}.lntrace", std::process::id()));
         let symbols = Arc::new(Symbolizer::new(&model.modules));
-        let loaded = Loaded { model: Arc::new(model), symbols, generation: 1, decode_time: Duration::ZERO };
+        let loaded = Loaded::new(model, symbols, 1, Duration::ZERO);
         bevy::tasks::AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
         let mut work = Work::default();
         for range in [Some((100, 400)), None] {
