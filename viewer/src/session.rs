@@ -41,14 +41,16 @@ impl Loaded {
     /// The flamegraph rows a view lays out, the newest picture's `frames`
     /// (those of its view) given: those of the whole call tree, or of the
     /// picture if deeper (frames the tree dropped as too narrow, rebuilt
-    /// for a view zoomed in), at least one. The whole tree's, not the
-    /// picture's alone: the bitmap beneath is as tall as the flamegraph
-    /// leaves it, and laid out by the picture's frames, a zoom step that
-    /// changed how deep the frames in view go drew its picture for the old
-    /// height, then again for the new (a 10M-read compare session's step
-    /// to 103 columns a pixel: 288-350 ms to the sharp pictures, against
-    /// 112-134 ms for the next). The rows then also stay where they are
-    /// from one zoom to the next.
+    /// for a view zoomed in), at least one.
+    ///
+    /// Why the whole tree's: the bitmap gets the height the flamegraph
+    /// leaves. Laid out by the picture's frames alone, a zoom step that
+    /// changed how deep the frames in view go drew its picture twice, for
+    /// the old bitmap height and then for the new (the 10M-read compare
+    /// session's step to 103 columns a pixel: 288-350 ms to the sharp
+    /// pictures, against 112-134 ms for the next step). The rows also stay
+    /// in place from one zoom to the next; the cost is empty flamegraph
+    /// rows under a shallow part of a deep tree.
     pub fn flame_depth(&self, frames: Option<&[decoder::calltree::Frame]>) -> u32 {
         self.tree_height.max(frames.map_or(0, decoder::calltree::height)).max(1)
     }
