@@ -640,7 +640,10 @@ pub struct ViewArgs {
     /// Window size.
     #[arg(long, value_name = "WxH", default_value = "1600x900", value_parser = parse_size)]
     pub size: (u32, u32),
-    /// Columns A..B to show first (compare mode: of the first trace).
+    /// Columns A..B to show first (compare mode: of the first trace). A
+    /// range reaching past the trace's end is cut there; one wholly past it
+    /// shows the whole trace, and the status line says so. Not for the
+    /// allocations view, whose time axis is events (--select).
     #[arg(long, value_name = "A..B", value_parser = parse_columns)]
     pub columns: Option<(u64, u64)>,
     /// With --allocations: the addresses LO..HI (hexadecimal) to show
@@ -656,7 +659,9 @@ pub struct ViewArgs {
     /// Open with A..B selected, as a drag on the ruler does: columns, with
     /// the statistics panel showing their figures and tables; with
     /// --allocations, events (Shift+drag selects in the window), with the
-    /// side panel analysing the blocks allocated in them.
+    /// side panel analysing the blocks allocated in them. A range reaching
+    /// past the trace's end is cut there; one wholly past it is dropped,
+    /// and the status line says so.
     #[arg(long, value_name = "A..B", conflicts_with = "compare", value_parser = parse_columns)]
     pub select: Option<(u64, u64)>,
     /// Open with the statistics panel shown (the `Stats` button): the

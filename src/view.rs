@@ -34,6 +34,16 @@ pub fn view(args: ViewArgs) -> Result<()> {
     });
     options.bench = args.bench_json;
     options.allocations = args.allocations || (args.compare.is_none() && records_allocations_only(&args.file));
+    if options.allocations
+        && let Some((a, b)) = args.columns
+    {
+        // The allocations view's time axis is allocation events, not read
+        // columns: ignored, --columns showed the whole heap and said nothing.
+        bail!(
+            "--columns {a}..{b}: the allocations view has no read columns; its time axis is allocation events \
+             (--select A..B selects events, --addresses LO..HI shows addresses)"
+        );
+    }
     options.compare = args.compare;
     run_viewer(options)
 }

@@ -541,6 +541,18 @@ fn allocations_mode_selection_rescopes_the_side_panel() {
     assert!(stats.contains(&format!("freed: {}", w.frees).as_str()), "{stats:?}");
     let at_end = format!("at end: {} bytes in {} blocks", w.at_end.bytes, w.at_end.blocks);
     assert!(stats.contains(&at_end.as_str()), "{stats:?}");
+    // A selection wholly past the events is dropped, said in the status
+    // line, and the panel analyses the whole run (it analysed no block).
+    let (a, b) = (events + 10, events + 20);
+    let past = shoot(&trace, &["--allocations", "--select", &format!("{a}..{b}")]);
+    assert_eq!(past.state["selection"], serde_json::Value::Null);
+    let status = past.state["status"].as_str().expect("status");
+    assert!(
+        status.contains(&format!("the selection {a}..{b} is past the trace's {events} allocation events")),
+        "{status}"
+    );
+    let first = past.state["stats"][0].as_str().expect("a figure").to_string();
+    assert_eq!(first, format!("blocks: {} ({} bytes)", whole.blocks, whole.bytes));
 }
 
 /// Allocations mode, Ctrl+click on a block (`--open-source`): the source
@@ -666,6 +678,34 @@ fn the_stats_panel_shows_the_whole_traces_figures_and_a_ranges() {
     assert_eq!(stats_shown(&past), whole);
     let status = past.state["status"].as_str().expect("status");
     assert!(status.contains(&format!("past the trace's {columns} columns")), "{status}");
+}
+
+/// `--columns` reaching past the trace's end shows up to its end; wholly
+/// past it, the whole trace, and the status line says why (the view was
+/// fitted as asked and clamped: the trace's last columns, silently). The
+/// compare mode says so of A.
+#[test]
+fn columns_past_the_trace_are_cut_or_said() {
+    let trace = fixture("lookup_hash_work.lntrace");
+    let columns = report(&trace)["columns"].as_u64().expect("columns");
+    let cut = shoot(&trace, &["--columns", &format!("900..{}", columns * 10)]);
+    assert_eq!(cut.state["columns"], serde_json::json!([900.0, columns as f64]));
+    // 100 columns: fitted and clamped, they were the trace's last 100.
+    let (from, to) = (columns * 5, columns * 5 + 100);
+    let past = shoot(&trace, &["--columns", &format!("{from}..{to}")]);
+    assert_eq!(past.state["columns"], serde_json::json!([0.0, columns as f64]), "the whole trace");
+    let status = past.state["status"].as_str().expect("status");
+    let why = format!("the column range {from}..{to} is past the trace's {columns} columns");
+    assert!(status.contains(&why), "{status}");
+    let a = fixture("lookup_scan_work.lntrace");
+    let a_columns = report(&a)["columns"].as_u64().expect("columns");
+    let range = format!("{}..{}", a_columns + 100, a_columns + 200);
+    let compared = shoot(&a, &[trace.to_str().expect("path"), "--columns", &range]);
+    let status = compared.state["status"].as_str().expect("status");
+    assert!(
+        status.contains(&format!("A: the column range {range} is past the trace's {a_columns} columns")),
+        "{status}"
+    );
 }
 
 #[test]
@@ -845,6 +885,24 @@ fn an_allocation_trace_opens_the_allocation_view() {
     let status = state["status"].as_str().unwrap_or_default();
     let events = format!("{} allocation events", model.total.allocations);
     assert!(status.contains(&events), "{status}");
+    // Its time axis is events: read columns asked for are an error that
+    // says what to use (they were ignored), whether or not the view was
+    // asked for.
+    for asked in [&[][..], &["--allocations"][..]] {
+        let out = linetrace()
+            .arg("view")
+            .arg(&trace)
+            .args(asked)
+            .args(["--columns", "0..10", "--screenshot"])
+            .arg(trace.with_extension("columns.png"))
+            .env_remove("DISPLAY")
+            .env_remove("WAYLAND_DISPLAY")
+            .output()
+            .expect("linetrace runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{asked:?}: {stderr}");
+        assert!(stderr.contains("--columns 0..10: the allocations view has no read columns"), "{asked:?}: {stderr}");
+    }
 }
 
 /// `record --view` with no display fails before the recording (which may

@@ -160,6 +160,8 @@ pub struct Comparison {
     matching: Job<(u32, u32), Arc<FrameMatching>>,
     stats: Job<(u32, u32, Option<Ranges>), Result<CompareStats, String>>,
     start: Option<(u64, u64)>,
+    /// A word for the status line (columns asked for past A's end).
+    notice: Option<String>,
     show_stats: bool,
     show_help: bool,
     forced_hover: Option<u64>,
@@ -180,6 +182,7 @@ impl Comparison {
             matching: Job::default(),
             stats: Job::default(),
             start: options.columns,
+            notice: None,
             // The diff tables are what a comparison is read by: shown
             // from the start.
             show_stats: true,
@@ -291,14 +294,18 @@ fn poll_panes(mut comparison: ResMut<Comparison>) {
         pane.session.poll(&mut pane.view);
     }
     let Some([a, b]) = c.loaded() else { return };
+    let a_columns = a.model.columns;
     c.matching.want((a.generation, b.generation), move |_| {
         Some(Arc::new(FrameMatching::new(&a.model, &a.symbols, &b.model, &b.symbols)))
     });
     c.matching.poll();
     if c.matching().is_some()
-        && let Some((from, to)) = c.start.take()
+        && let Some(range) = c.start.take()
     {
-        c.command(Side::A, ViewCommand::Fit { from: from as f64, to: to as f64 });
+        match crate::view::within_trace("the column range", range, a_columns, "columns") {
+            Ok((from, to)) => c.command(Side::A, ViewCommand::Fit { from: from as f64, to: to as f64 }),
+            Err(why) => c.notice = Some(format!("A: {why}")),
+        }
     }
 }
 
@@ -358,6 +365,11 @@ fn compare_ui(
                 b.model.call_tree.frames.len()
             );
             ui.label(egui::RichText::new(&text).monospace().size(11.0));
+        }
+        if let Some(n) = &c.notice {
+            ui.label(egui::RichText::new(n).monospace().size(11.0));
+            report.status.push_str(n);
+            report.status.push('\n');
         }
     });
     if c.show_stats {

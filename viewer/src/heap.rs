@@ -105,6 +105,9 @@ pub struct HeapMode {
     /// A part of the time axis selected (Shift+drag): the side panel
     /// analyses the blocks allocated in it.
     selection: Option<(f64, f64)>,
+    /// Whether the selection asked for on the command line is still to be
+    /// checked against the trace's events.
+    check_selection: bool,
     /// Where a Shift+drag selecting began.
     selecting_from: Option<f64>,
     window_analysis: Job<(u32, Clock, (f64, f64)), Arc<HeapReport>>,
@@ -190,6 +193,7 @@ impl Plugin for HeapPlugin {
             cursors: o.cursors.clone(),
             cursor_strength: o.cursor_strength,
             selection: o.selection.map(|(a, b)| (a as f64, b as f64)),
+            check_selection: o.selection.is_some(),
             selecting_from: None,
             window_analysis: Job::default(),
             source: None,
@@ -241,6 +245,20 @@ fn heap_ui(
             m.view = Viewport::whole(axis.extent, ROWS);
             m.axis = Some(axis);
             m.axis_of = Some((l.generation, m.clock));
+        }
+        // The selection asked for is of events (the axis it opens on).
+        if std::mem::take(&mut m.check_selection)
+            && let Some((a, b)) = m.selection
+        {
+            let events = l.model.total.allocations;
+            let asked = (a as u64, b as u64);
+            m.selection = match crate::view::within_trace("the selection", asked, events, "allocation events") {
+                Ok((a, b)) => Some((a as f64, b as f64)),
+                Err(why) => {
+                    m.notice = Some(why);
+                    None
+                }
+            };
         }
     }
     let mut root =

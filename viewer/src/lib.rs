@@ -356,19 +356,24 @@ fn start_view(
     mut ui: ResMut<UiState>,
 ) {
     let Some(loaded) = &session.loaded else { return };
-    if let Some((a, b)) = start.columns.take() {
-        view.fit(a as f64, b as f64, 0.0);
-    }
-    // A selection reaching past the trace is cut at its end; one wholly
-    // past it would show a range of no reads: it is dropped, and said.
-    if std::mem::take(&mut start.check_selection)
-        && let Some((a, b)) = selection.0
-    {
-        let columns = loaded.model.columns;
-        selection.0 = (a < columns).then_some((a, b.min(columns)));
-        if selection.0.is_none() {
-            ui.notice = Some(format!("the selection {a}..{b} is past the trace's {columns} columns"));
+    let columns = loaded.model.columns;
+    let mut notices = Vec::new();
+    // Ranges reaching past the trace are cut at its end; one wholly past
+    // it is not used (the whole trace is shown), and said.
+    if let Some(range) = start.columns.take() {
+        match crate::view::within_trace("the column range", range, columns, "columns") {
+            Ok((a, b)) => view.fit(a as f64, b as f64, 0.0),
+            Err(why) => notices.push(why),
         }
+    }
+    if std::mem::take(&mut start.check_selection)
+        && let Some(range) = selection.0
+    {
+        selection.0 =
+            crate::view::within_trace("the selection", range, columns, "columns").map_err(|why| notices.push(why)).ok();
+    }
+    if !notices.is_empty() {
+        ui.notice = Some(notices.join("; "));
     }
 }
 

@@ -272,6 +272,20 @@ pub enum ViewCommand {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Resource)]
 pub struct Selection(pub Option<(u64, u64)>);
 
+/// A range of the time axis asked for on the command line (`what` names it
+/// for people: "the selection"), against a trace of `extent` steps of
+/// `unit` ("columns", "allocation events"): cut at the trace's end, or,
+/// wholly past it, why it is not used (for the status line). Used as they
+/// were, a view of columns past the end showed the trace's last columns,
+/// and a selection past it an analysis of nothing, saying nothing.
+pub fn within_trace(what: &str, (a, b): (u64, u64), extent: u64, unit: &str) -> Result<(u64, u64), String> {
+    if a < extent {
+        Ok((a, b.min(extent)))
+    } else {
+        Err(format!("{what} {a}..{b} is past the trace's {extent} {unit}"))
+    }
+}
+
 /// Applies the commands other systems sent this frame (a search's fit, a
 /// script), before the frame's UI pass: the frame shows them. The UI
 /// applies its own input itself, before it paints ([`apply_all`]).
