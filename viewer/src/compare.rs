@@ -386,10 +386,10 @@ fn compare_ui(
     crate::paint::central_panel(&ctx).show(&mut root, |ui| {
         let full = ui.available_rect_before_wrap();
         let rects = pane_rects(full);
-        want_pictures(c, rects, threads, zoom_step, ppp);
-        for (side, rect) in [Side::A, Side::B].into_iter().zip(rects) {
+        let areas = want_pictures(c, rects, threads, zoom_step, ppp);
+        for ((side, rect), areas) in [Side::A, Side::B].into_iter().zip(rects).zip(areas) {
             let m = matching.as_deref();
-            if let Some(h) = pane_view(ui, &ctx, c, side, rect, threads, m, &mut commands, &mut report, ppp) {
+            if let Some(h) = pane_view(ui, &ctx, c, side, rect, areas, m, &mut commands, &mut report, ppp) {
                 hover = Some((side, h));
             }
         }
@@ -562,7 +562,7 @@ impl PaneAreas {
         }
         let header = header_of(rect);
         let ruler = egui::Rect::from_min_size(header.left_bottom(), egui::vec2(header.width(), RULER_H));
-        let depth = l.flame_depth(pane.work.render.latest().map(|(_, r)| &r.frames[..]));
+        let depth = l.flame_depth(pane.work.render.latest().map(|(_, r)| r.flame_height));
         let (flame, bitmap, levels) = paint::flame_and_bitmap(ruler, rect.bottom(), depth, 0.45);
         if bitmap.height() < 8.0 || bitmap.width() < 8.0 {
             return None;
@@ -573,39 +573,46 @@ impl PaneAreas {
     }
 }
 
-/// Asks for both panes' pictures (in `rects`) before either is painted,
-/// and on a zoom step's frame (`zoom_step`) waits a little for them: the
-/// step's frame then shows them sharp. Asked for and painted pane by pane,
+/// Lays out both panes (in `rects`) and asks for their pictures before
+/// either is painted, and on a zoom step's frame (`zoom_step`) waits a
+/// little for them: the step's frame then shows them sharp. Returns the
+/// panes' areas, for painting them. Asked for and painted pane by pane,
 /// B's picture was asked for after A had painted, and never waited for:
 /// the step's frame, drawn by the CPU renderer while the pictures were,
 /// showed both stretched, and each picture that came drew another. The
-/// 10M-read compare session of `cargo bench --bench view`, zoom step to
-/// the sharp pictures, median and slowest: 98-125 ms and 297-349 ms in 5
-/// sessions before, 57-61 ms and 122-133 ms in 2 after (with the layout of
+/// compare session of the view bench's script (`linetrace view A B
+/// --bench-json`, two 10M-read traces), zoom step to the sharp pictures,
+/// median and slowest: 98-125 ms and 297-349 ms in 5 sessions before,
+/// 57-61 ms and 122-133 ms in 2 after (with the layout of
 /// [`Loaded::flame_depth`]).
-fn want_pictures(c: &mut Comparison, rects: [egui::Rect; 2], threads: PictureThreads, zoom_step: bool, ppp: f32) {
-    let Some(pair) = c.loaded() else { return };
+fn want_pictures(
+    c: &mut Comparison,
+    rects: [egui::Rect; 2],
+    threads: PictureThreads,
+    zoom_step: bool,
+    ppp: f32,
+) -> [Option<PaneAreas>; 2] {
+    let Some(pair) = c.loaded() else { return [None, None] };
     let colour_by = c.colour_by;
-    let mut wanted = Vec::new();
-    for side in [Side::A, Side::B] {
+    let areas = [Side::A, Side::B].map(|side| {
         let (pane, l) = (&mut c.panes[side.index()], &pair[side.index()]);
-        if let Some(areas) = PaneAreas::of(pane, l, rects[side.index()], colour_by, ppp) {
+        let areas = PaneAreas::of(pane, l, rects[side.index()], colour_by, ppp)?;
+        work::want_render(&mut pane.work, l, areas.key.clone(), threads);
+        Some(areas)
+    });
+    if zoom_step {
+        // One wait for both: the step's frame is held back by at most one
+        // [`crate::jobs::ZOOM_WAIT`].
+        let started = std::time::Instant::now();
+        for (pane, areas) in c.panes.iter_mut().zip(&areas) {
+            let Some(key) = areas.as_ref().map(|a| &a.key) else { continue };
             let last_cost = pane.work.render.latest().map(|(_, r)| r.cpu);
-            work::want_render(&mut pane.work, l, areas.key.clone(), threads);
-            wanted.push((side, areas.key, last_cost));
+            if !pane.work.render.wait_for_zoom_step(key, last_cost, started) {
+                break;
+            }
         }
     }
-    if !zoom_step {
-        return;
-    }
-    // One wait for both: the step's frame is held back by at most one
-    // [`crate::jobs::ZOOM_WAIT`].
-    let started = std::time::Instant::now();
-    for (side, key, last_cost) in wanted {
-        if !c.panes[side.index()].work.render.wait_for_zoom_step(&key, last_cost, started) {
-            return;
-        }
-    }
+    areas
 }
 
 /// Where each pane goes in the central panel's `full` area: A above B.
@@ -617,8 +624,9 @@ fn pane_rects(full: egui::Rect) -> [egui::Rect; 2] {
     })
 }
 
-/// One pane: header, ruler, flamegraph, bitmap, in `rect`, its picture
-/// drawn on `threads`. Returns what is hovered.
+/// One pane: header, ruler, flamegraph, bitmap, in `rect` (`areas`: where
+/// [`want_pictures`] laid them out, `None` when the pane shows no picture).
+/// Returns what is hovered.
 #[allow(clippy::too_many_arguments)]
 fn pane_view(
     ui: &mut egui::Ui,
@@ -626,7 +634,7 @@ fn pane_view(
     c: &mut Comparison,
     side: Side,
     rect: egui::Rect,
-    threads: PictureThreads,
+    areas: Option<PaneAreas>,
     matching: Option<&FrameMatching>,
     commands: &mut Vec<(Side, ViewCommand)>,
     report: &mut UiReport,
@@ -687,11 +695,10 @@ fn pane_view(
         paint::centred_message(&painter, rect, text, 14.0);
         return None;
     }
-    let PaneAreas { ruler, flame, bitmap, depth, levels, key } = PaneAreas::of(pane, l, rect, colour_by, ppp)?;
+    let PaneAreas { ruler, flame, bitmap, depth, levels, key } = areas?;
     let view = pane.view;
 
-    // The picture of this view (asked for already by `want_pictures`).
-    work::want_render(&mut pane.work, l, key.clone(), threads);
+    // The picture of this view (asked for by `want_pictures`).
     let shown =
         pane.picture.paint(ui, if side == Side::A { "bitmap-a" } else { "bitmap-b" }, &pane.work, &view, bitmap, &key);
     pane.painted_view.painted_at(view);
@@ -1070,6 +1077,7 @@ mod tests {
         let bars = flame_bars(&frames, columns, 4000);
         let picture = Rendered {
             image: Arc::new(egui::ColorImage::filled([1, 1], egui::Color32::BLACK)),
+            flame_height: decoder::calltree::height(&frames),
             frames,
             bars,
             took: Duration::ZERO,

@@ -369,8 +369,13 @@ fn start_view(
     if std::mem::take(&mut start.check_selection)
         && let Some(range) = selection.0
     {
-        selection.0 =
-            crate::view::within_trace("the selection", range, columns, "columns").map_err(|why| notices.push(why)).ok();
+        selection.0 = match crate::view::within_trace("the selection", range, columns, "columns") {
+            Ok(cut) => Some(cut),
+            Err(why) => {
+                notices.push(why);
+                None
+            }
+        };
     }
     if !notices.is_empty() {
         ui.notice = Some(notices.join("; "));

@@ -38,10 +38,10 @@ impl Loaded {
         Loaded { model: Arc::new(model), symbols, generation, decode_time, tree_height }
     }
 
-    /// The flamegraph rows a view lays out, the newest picture's `frames`
-    /// (those of its view) given: those of the whole call tree, or of the
-    /// picture if deeper (frames the tree dropped as too narrow, rebuilt
-    /// for a view zoomed in), at least one.
+    /// The flamegraph rows a view lays out, given the rows the newest
+    /// picture's frames (those of its view) need: those of the whole call
+    /// tree, or of the picture if more (frames the tree dropped as too
+    /// narrow, rebuilt for a view zoomed in), at least one.
     ///
     /// Why the whole tree's: the bitmap gets the height the flamegraph
     /// leaves. Laid out by the picture's frames alone, a zoom step that
@@ -51,8 +51,8 @@ impl Loaded {
     /// pictures, against 112-134 ms for the next step). The rows also stay
     /// in place from one zoom to the next; the cost is empty flamegraph
     /// rows under a shallow part of a deep tree.
-    pub fn flame_depth(&self, frames: Option<&[decoder::calltree::Frame]>) -> u32 {
-        self.tree_height.max(frames.map_or(0, decoder::calltree::height)).max(1)
+    pub fn flame_depth(&self, picture_height: Option<u32>) -> u32 {
+        self.tree_height.max(picture_height.unwrap_or(0)).max(1)
     }
 
     /// What a status line adds about this trace beside its name and view:
@@ -350,13 +350,14 @@ mod tests {
         let frames = &loaded.model.call_tree.frames;
         let tree = decoder::calltree::height(frames);
         assert!(tree >= 2, "the fixture calls functions from work: {tree} levels");
-        let root = &frames[..1];
-        assert_eq!(decoder::calltree::height(root), 1);
+        let root = decoder::calltree::height(&frames[..1]);
+        assert_eq!(root, 1);
         assert_eq!(loaded.flame_depth(Some(root)), tree, "a picture of the root alone");
         assert_eq!(loaded.flame_depth(None), tree, "no picture yet");
         let mut deeper = frames[..1].to_vec();
         deeper[0].depth = tree + 2;
-        assert_eq!(loaded.flame_depth(Some(&deeper)), tree + 3, "frames deeper than the stored tree");
+        let deeper = decoder::calltree::height(&deeper);
+        assert_eq!(loaded.flame_depth(Some(deeper)), tree + 3, "frames deeper than the stored tree");
         let mut flat = Model::decode(&trace, &DecodeOptions::default(), &mut |_| {}).expect("decode");
         flat.call_tree.frames.clear();
         let symbols = Arc::new(Symbolizer::new(&flat.modules));

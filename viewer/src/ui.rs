@@ -861,7 +861,7 @@ fn main_view(
     );
     let ruler =
         egui::Rect::from_min_size(overview.left_bottom() + egui::vec2(0.0, 2.0), egui::vec2(overview.width(), RULER_H));
-    let depth = l.flame_depth(work.render.latest().map(|(_, r)| &r.frames[..]));
+    let depth = l.flame_depth(work.render.latest().map(|(_, r)| r.flame_height));
     let (flame, bitmap, levels) = crate::paint::flame_and_bitmap(ruler, full.bottom(), depth, 0.4);
     let gutter = egui::Rect::from_min_max(
         egui::pos2(full.left(), bitmap.top()),

@@ -60,6 +60,10 @@ pub struct Rendered {
     pub frames: Vec<Frame>,
     /// Their bars, in pixels of the picture's width.
     pub bars: Vec<FlameBar>,
+    /// Rows the frames' flamegraph needs (`decoder::calltree::height`),
+    /// worked out once with the picture, not at every frame that lays the
+    /// view out ([`crate::session::Loaded::flame_depth`]).
+    pub flame_height: u32,
     /// How long it took.
     pub took: Duration,
     /// CPU time of the thread that drew it (the drawing's other half ran
@@ -265,7 +269,8 @@ fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel)
     match rasterize_bitmap_with_progress(model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
         Ok(image) => {
             let (took, cpu) = (stopwatch.wall(), stopwatch.cpu());
-            Some(Ok(Rendered { image: to_egui(&image), frames, bars, took, cpu }))
+            let flame_height = decoder::calltree::height(&frames);
+            Some(Ok(Rendered { image: to_egui(&image), frames, bars, flame_height, took, cpu }))
         }
         Err(e) => outcome(e),
     }
