@@ -667,7 +667,9 @@ pub struct ViewArgs {
     /// Open with the statistics panel shown (the `Stats` button): the
     /// trace's reads, writes, line fetches, utilisation, cache misses and
     /// reuse distances, and its functions and lines by reads. The compare
-    /// mode shows its own; the allocations view its side panel.
+    /// mode shows its own, and the allocations view its side panel,
+    /// always: it is refused with them (a trace of `record --allocations`
+    /// included).
     #[arg(long, conflicts_with_all = ["compare", "allocations"])]
     pub stats: bool,
     /// Measure: script a session (decode, pan, zoom steps), write timings

@@ -44,6 +44,14 @@ pub fn view(args: ViewArgs) -> Result<()> {
              (--select A..B selects events, --addresses LO..HI shows addresses)"
         );
     }
+    if options.allocations && args.stats {
+        // Reached only when the trace implies the view (clap refuses
+        // --stats with --allocations): was ignored, silently.
+        bail!(
+            "--stats: this trace opens the allocations view, whose side panel always shows the heap's statistics \
+             (--select A..B scopes them to events A..B)"
+        );
+    }
     options.compare = args.compare;
     run_viewer(options)
 }

@@ -887,21 +887,30 @@ fn an_allocation_trace_opens_the_allocation_view() {
     assert!(status.contains(&events), "{status}");
     // Its time axis is events: read columns asked for are an error that
     // says what to use (they were ignored), whether or not the view was
-    // asked for.
-    for asked in [&[][..], &["--allocations"][..]] {
+    // asked for; so is --stats, whose panel it always shows (ignored when
+    // the view was implied; clap refuses it with --allocations).
+    let columns_refused = "--columns 0..10: the allocations view has no read columns";
+    for (asked, option, refused) in [
+        (&[][..], &["--columns", "0..10"][..], columns_refused),
+        (&["--allocations"][..], &["--columns", "0..10"][..], columns_refused),
+        (&[][..], &["--stats"][..], "--stats: this trace opens the allocations view"),
+        (&["--allocations"][..], &["--stats"][..], "the argument '--allocations' cannot be used with '--stats'"),
+    ] {
         let out = linetrace()
             .arg("view")
             .arg(&trace)
             .args(asked)
-            .args(["--columns", "0..10", "--screenshot"])
-            .arg(trace.with_extension("columns.png"))
+            .args(option)
+            .arg("--screenshot")
+            .arg(trace.with_extension("refused.png"))
             .env_remove("DISPLAY")
             .env_remove("WAYLAND_DISPLAY")
             .output()
             .expect("linetrace runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{asked:?}: {stderr}");
-        assert!(stderr.contains("--columns 0..10: the allocations view has no read columns"), "{asked:?}: {stderr}");
+        assert!(!out.status.success(), "{asked:?} {option:?}: {stderr}");
+        assert!(stderr.contains(refused), "{asked:?} {option:?}: {stderr}");
+        assert!(!trace.with_extension("refused.png").exists(), "{asked:?} {option:?}: drew a picture");
     }
 }
 

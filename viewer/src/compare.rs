@@ -380,9 +380,8 @@ fn compare_ui(
     let mut hover = None;
     // Decided before either pane paints (which moves its painted view).
     let threads = c.picture_threads();
-    // A zoom step's frame waits for its pictures. Not a drag's: its frames
-    // follow the pointer.
-    let zoom_step = c.panes.iter().any(|p| p.painted_view.zoomed_to(&p.view)) && !ctx.input(|i| i.pointer.any_down());
+    let pointer_down = ctx.input(|i| i.pointer.any_down());
+    let zoom_step = c.panes.iter().any(|p| p.painted_view.zoom_step_to(&p.view, pointer_down));
     crate::paint::central_panel(&ctx).show(&mut root, |ui| {
         let full = ui.available_rect_before_wrap();
         let rects = pane_rects(full);

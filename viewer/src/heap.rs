@@ -672,9 +672,7 @@ fn main_view(
         let (model, symbols, scenes) = (l.model.clone(), l.symbols.clone(), scenes.clone());
         job.want_fallible(k.clone(), move |_| threads.draw(|| draw_heap(&model, &symbols, &scenes, &k)));
     }
-    // A zoom step's frame waits a little for the step's picture. Not a
-    // drag's: its frames follow the pointer.
-    if m.painted_view.zoomed_to(&m.view) && !response.dragged() {
+    if m.painted_view.zoom_step_to(&m.view, ui.input(|i| i.pointer.any_down())) {
         let last_cost = m.picture.latest().map(|(_, d)| d.cpu);
         m.picture.wait_for_zoom_step(&key, last_cost, std::time::Instant::now());
     }

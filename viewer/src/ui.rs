@@ -492,6 +492,28 @@ fn scale_label(columns_per_pixel: f64) -> String {
     }
 }
 
+/// What background work on the view could not do, and why: "cannot draw
+/// this view, label the rows: FILE: ...". One sentence per cause, naming
+/// each thing it stopped (a trace file gone since decoding stops the
+/// picture, the labels and the highlight alike: said once, not thrice).
+pub(crate) fn failures_said(work: &Work) -> Option<String> {
+    let failed = [
+        ("draw this view", work.render.failure().map(|(_, why)| why)),
+        ("draw the overview", work.overview.failure().map(|(_, why)| why)),
+        ("label the rows", work.bands.failure().map(|(_, why)| why)),
+        ("find the columns touching the line", work.touching.failure().map(|(_, why)| why)),
+    ];
+    let mut causes: Vec<(&String, Vec<&str>)> = Vec::new();
+    for (what, why) in failed.iter().filter_map(|(what, why)| Some((*what, (*why)?))) {
+        match causes.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, whats)) => whats.push(what),
+            None => causes.push((why, vec![what])),
+        }
+    }
+    let said: Vec<String> = causes.iter().map(|(why, whats)| format!("cannot {}: {why}", whats.join(", "))).collect();
+    (!said.is_empty()).then(|| said.join("  ·  "))
+}
+
 fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work: &Work, pixels: f32) -> String {
     let file = session.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(e) = &session.error {
@@ -525,8 +547,11 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     if session.loading.is_some() {
         parts.push(format!("re-decoding {:.0}%", 100.0 * session.progress().unwrap_or(0.0)));
     }
-    if let Some((_, why)) = work.render.failure() {
-        parts.push(format!("cannot draw this view: {why}"));
+    if let Some(failed) = failures_said(work) {
+        parts.push(failed);
+    }
+    if work.render.failure().is_some() {
+        // Said above.
     } else if work.render.busy() {
         parts.push("drawing…".to_string());
     } else if let Some((_, r)) = work.render.latest() {
@@ -900,9 +925,7 @@ fn main_view(
     state.bitmap_size = size;
     let key = RenderKey::of_view(l.generation, view, size, state.alpha, state.colour_by);
     work::want_render(work, l, key.clone(), state.painted_view.picture_threads(view));
-    // A zoom step's frame waits a little for the step's picture. Not a
-    // drag's: its frames follow the pointer.
-    if state.painted_view.zoomed_to(view) && !response.dragged() {
+    if state.painted_view.zoom_step_to(view, ui.input(|i| i.pointer.any_down())) {
         let last_cost = work.render.latest().map(|(_, r)| r.cpu);
         work.render.wait_for_zoom_step(&key, last_cost, std::time::Instant::now());
     }
@@ -1096,7 +1119,10 @@ fn main_view(
     if hover.is_some() || !work.render.busy() {
         work::want_bands(work, l, reference);
     }
-    report.labels_pending = work.bands.result_for(&(l.generation, reference)).is_none();
+    let labels_key = (l.generation, reference);
+    // Labels that cannot be made are not pending: the status line says why.
+    report.labels_pending =
+        work.bands.result_for(&labels_key).is_none() && work.bands.failure().is_none_or(|(k, _)| *k != labels_key);
     if let Some((_, bands)) = work.bands.latest() {
         let painter_g = ui.painter_at(gutter);
         // The caption at the gutter's foot keeps its own strip: a band's

@@ -191,6 +191,15 @@ impl PaintedView {
         self.0.is_some_and(|before| view.zoomed_from(&before))
     }
 
+    /// Whether the frame showing `view` is a zoom step's, which waits a
+    /// little for the step's pictures ([`crate::jobs::Job::wait_for_zoom_step`]):
+    /// at another scale than the last painted one, and not while the
+    /// pointer is down (a drag's frames follow the pointer). The one rule
+    /// of every mode.
+    pub fn zoom_step_to(&self, view: &Viewport, pointer_down: bool) -> bool {
+        self.zoomed_to(view) && !pointer_down
+    }
+
     /// Whether `view` is the last painted one moved at its scale (none
     /// painted yet: no).
     pub fn panned_to(&self, view: &Viewport) -> bool {
@@ -409,6 +418,8 @@ mod tests {
         v.pan(0.1);
         v.zoom_at(0.5, 0.5);
         assert!(painted.zoomed_to(&v));
+        assert!(painted.zoom_step_to(&v, false), "a zoom step's frame waits for its picture");
+        assert!(!painted.zoom_step_to(&v, true), "not while the pointer is down: a drag's frames follow it");
         assert_eq!(painted.picture_threads(&v), PictureThreads::Two, "a zoom step's picture takes two");
         assert!(painted.painted_at(v));
         assert_eq!(painted.picture_threads(&v), PictureThreads::Two, "the painted view's too");

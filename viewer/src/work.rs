@@ -303,7 +303,7 @@ pub fn want_preview(work: &mut Work, state: PreviewState, size: (u32, u32), colo
 /// Starts the overview strip: the whole trace, small.
 pub fn want_overview(work: &mut Work, loaded: &Loaded, width: u32, height: u32) {
     let model = loaded.model.clone();
-    work.overview.want((loaded.generation, width, height), move |cancel| {
+    work.overview.want_fallible((loaded.generation, width, height), move |cancel| {
         let view = BitmapView {
             columns: (0.0, model.columns.max(1) as f64),
             rows: (0.0, f64::from(model.metrics.max_rows.max(1))),
@@ -314,9 +314,8 @@ pub fn want_overview(work: &mut Work, loaded: &Loaded, width: u32, height: u32) 
         };
         let names = |pc: u64| format!("{pc:#x}");
         let image =
-            rasterize_bitmap_with_progress(&model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set())
-                .ok()?;
-        Some(to_egui(&image))
+            rasterize_bitmap_with_progress(&model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set());
+        outcome_for_people(&model, image.map(|image| to_egui(&image)))
     });
 }
 
@@ -337,7 +336,9 @@ pub fn want_inspect(work: &mut Work, loaded: &Loaded, column: u64, row: Option<u
 /// Starts the row labels at a column.
 pub fn want_bands(work: &mut Work, loaded: &Loaded, column: u64) {
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
-    work.bands.want((loaded.generation, column), move |_| decoder::inspect::row_bands(&model, &symbols, column).ok());
+    work.bands.want_fallible((loaded.generation, column), move |_| {
+        outcome_for_people(&model, decoder::inspect::row_bands(&model, &symbols, column))
+    });
 }
 
 /// Most columns scanned for the row highlight.
@@ -347,8 +348,8 @@ pub const MAX_TOUCH_SCAN: u64 = 4_000_000;
 pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to: u64) {
     let model = loaded.model.clone();
     let to = to.min(from.saturating_add(MAX_TOUCH_SCAN));
-    work.touching.want((loaded.generation, line, from, to), move |_| {
-        decoder::inspect::columns_touching(&model, line, from, to).ok()
+    work.touching.want_fallible((loaded.generation, line, from, to), move |_| {
+        outcome_for_people(&model, decoder::inspect::columns_touching(&model, line, from, to))
     });
 }
 
@@ -357,7 +358,20 @@ pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to:
 /// since it was decoded): said in the panel, not left "working"; `None`
 /// when cancelled.
 pub fn summed_range(model: &Model, symbols: &Symbolizer, range: (u64, u64), cancel: &Cancel) -> Option<StatsResult> {
-    match decoder::range::range_stats(model, symbols, range.0, range.1, &mut |_, _| !cancel.is_set()) {
+    outcome_for_people(
+        model,
+        decoder::range::range_stats(model, symbols, range.0, range.1, &mut |_, _| !cancel.is_set()),
+    )
+}
+
+/// A job's outcome from work on `model` that can replay its trace: `None`
+/// when cancelled, else the value or why not, naming the trace file (a
+/// replay reads it, and it can be gone or changed since it was decoded).
+/// Said, not dropped: a job whose work returned nothing counted as
+/// cancelled and was asked for again every frame, its labels or highlight
+/// "working" for ever.
+fn outcome_for_people<T>(model: &Model, result: Result<T, DecodeError>) -> Option<Result<T, String>> {
+    match result {
         Err(DecodeError::Cancelled) => None,
         result => {
             Some(result.map_err(|e| format!("{}: {}", model.trace_path.display(), decoder::symbols::error_chain(&e))))
@@ -464,18 +478,23 @@ impl Names {
 mod tests {
     use super::*;
 
+    /// A small trace, decoded, whose file is gone since (generation 1),
+    /// and no work yet.
+    fn a_trace_whose_file_is_gone() -> (Loaded, Work) {
+        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/lookup_hash_work.lntrace");
+        let mut model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
+        model.trace_path = std::env::temp_dir().join(format!("linetrace-gone-{}.lntrace", std::process::id()));
+        let symbols = Arc::new(Symbolizer::new(&model.modules));
+        bevy::tasks::AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
+        (Loaded::new(model, symbols, 1, Duration::ZERO), Work::default())
+    }
+
     /// A range whose replay fails (the trace file is gone since it was
     /// decoded) is an error in the panel's result, not a result that never
     /// comes; the whole trace's figures need no replay.
     #[test]
     fn a_range_that_cannot_be_replayed_says_why() {
-        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/lookup_hash_work.lntrace");
-        let mut model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
-        model.trace_path = std::env::temp_dir().join(format!("linetrace-gone-{}.lntrace", std::process::id()));
-        let symbols = Arc::new(Symbolizer::new(&model.modules));
-        let loaded = Loaded::new(model, symbols, 1, Duration::ZERO);
-        bevy::tasks::AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
-        let mut work = Work::default();
+        let (loaded, mut work) = a_trace_whose_file_is_gone();
         for range in [Some((100, 400)), None] {
             want_stats(&mut work, &loaded, range);
             assert!(work.stats.wait_for(&(1, range), Duration::from_secs(60)), "{range:?} summed");
@@ -485,6 +504,45 @@ mod tests {
                 (_, other) => panic!("{range:?}: {:?}", other.map(|r| r.as_ref().map(|s| s.reads))),
             }
         }
+    }
+
+    /// The row labels, the row highlight's columns and the overview strip
+    /// of a trace whose file is gone say why they cannot be made, once
+    /// each (a failure is not asked for again), and the status line says it
+    /// once for all three. Before, their work returned nothing, which
+    /// counted as cancelled: asked for again every frame, and the labels
+    /// pending for ever.
+    #[test]
+    fn labels_highlight_and_overview_that_cannot_be_made_say_why() {
+        let (loaded, mut work) = a_trace_whose_file_is_gone();
+        // Wide enough for the overview to be drawn column by column, which
+        // replays the trace.
+        want_overview(&mut work, &loaded, 4 * loaded.model.columns as u32, 8);
+        want_bands(&mut work, &loaded, 500);
+        want_touching(&mut work, &loaded, 0, 0, loaded.model.columns);
+        let failed = |work: &mut Work| {
+            work.poll();
+            [
+                work.overview.failure().map(|f| &f.1),
+                work.bands.failure().map(|f| &f.1),
+                work.touching.failure().map(|f| &f.1),
+            ]
+            .map(|why| why.cloned())
+        };
+        assert!(crate::jobs::wakes::until(|| failed(&mut work).iter().all(Option::is_some)), "{:?}", failed(&mut work));
+        for why in failed(&mut work) {
+            let why = why.unwrap_or_default();
+            assert!(why.contains("linetrace-gone"), "names the file: {why}");
+        }
+        // Asked for again, as every frame does: kept, not run again.
+        want_bands(&mut work, &loaded, 500);
+        assert!(!work.bands.busy(), "a failed key is not run again");
+        let said = crate::ui::failures_said(&work).expect("said");
+        assert!(
+            said.starts_with("cannot draw the overview, label the rows, find the columns touching the line: "),
+            "{said}"
+        );
+        assert_eq!(said.matches("linetrace-gone").count(), 1, "one cause said once: {said}");
     }
 
     /// A source file modified after the recording started says so; one
