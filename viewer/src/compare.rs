@@ -522,16 +522,14 @@ fn status_line(pane: &Pane) -> String {
         return format!("{}: {file}: decoding… {:.0}%", pane.letter(), 100.0 * pane.session.progress().unwrap_or(0.0));
     };
     let m = &l.model;
-    let note: String = l.notes().iter().map(|n| format!("  ·  {n}")).collect();
-    format!(
-        "{}: {file}  ·  {}  ·  function {}  ·  {} reads  ·  view {}..{}{note}",
-        pane.letter(),
+    let parts = [
+        format!("{}: {file}", pane.letter()),
         m.metadata.argv.join(" "),
-        m.metadata.function.as_deref().unwrap_or("?"),
-        short(m.columns as f64),
-        pane.view.columns.0 as u64,
-        pane.view.columns.1 as u64
-    )
+        format!("function {}", m.metadata.function.as_deref().unwrap_or("?")),
+        format!("{} reads", short(m.columns as f64)),
+        format!("view {}..{}", pane.view.columns.0 as u64, pane.view.columns.1 as u64),
+    ];
+    paint::status_parts(parts.into_iter().chain(l.notes()))
 }
 
 /// A pane's header (its trace's name) in the pane's `rect`.

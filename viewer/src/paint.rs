@@ -90,6 +90,13 @@ pub fn reserve_status_line(ui: &mut egui::Ui) -> egui::Rect {
     ui.allocate_exact_size(egui::vec2(ui.available_width(), height), egui::Sense::hover()).0
 }
 
+/// The parts of a status line, between dots; empty ones are left out (a
+/// synthetic trace, or one cut before its program's command line, has
+/// none: it left an empty part between two dots).
+pub fn status_parts(parts: impl IntoIterator<Item = String>) -> String {
+    parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("  ·  ")
+}
+
 /// Writes the status line in its room: one line, cut short with "…" when
 /// the window is too narrow for it.
 pub fn status_line(ctx: &egui::Context, room: egui::Rect, text: &str) {
@@ -532,6 +539,13 @@ pub fn frame_label(names: &Names, f: &Frame) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_parts_leave_empty_ones_out() {
+        let parts = ["t.lntrace", "", "function ?", "0 reads"].map(String::from);
+        assert_eq!(status_parts(parts), "t.lntrace  ·  function ?  ·  0 reads");
+        assert_eq!(status_parts(Vec::new()), "");
+    }
 
     /// The navigation of each of a run of egui passes over an 800x600
     /// screen, each pass with its events and modifiers: the flamegraph on

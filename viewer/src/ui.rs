@@ -511,7 +511,7 @@ pub(crate) fn failures_said(work: &Work) -> Option<String> {
         }
     }
     let said: Vec<String> = causes.iter().map(|(why, whats)| format!("cannot {}: {why}", whats.join(", "))).collect();
-    (!said.is_empty()).then(|| said.join("  ·  "))
+    (!said.is_empty()).then(|| crate::paint::status_parts(said))
 }
 
 fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work: &Work, pixels: f32) -> String {
@@ -557,7 +557,7 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     } else if let Some((_, r)) = work.render.latest() {
         parts.push(format!("drawn in {} ms", r.took.as_millis()));
     }
-    parts.join("  ·  ")
+    crate::paint::status_parts(parts)
 }
 
 fn search_bar(
