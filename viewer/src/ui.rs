@@ -547,15 +547,14 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     if session.loading.is_some() {
         parts.push(format!("re-decoding {:.0}%", 100.0 * session.progress().unwrap_or(0.0)));
     }
-    if let Some(failed) = failures_said(work) {
-        parts.push(failed);
-    }
-    if work.render.failure().is_some() {
-        // Said above.
-    } else if work.render.busy() {
-        parts.push("drawing…".to_string());
-    } else if let Some((_, r)) = work.render.latest() {
-        parts.push(format!("drawn in {} ms", r.took.as_millis()));
+    parts.extend(failures_said(work));
+    // A picture that cannot be drawn is said with the other failures.
+    if work.render.failure().is_none() {
+        if work.render.busy() {
+            parts.push("drawing…".to_string());
+        } else if let Some((_, r)) = work.render.latest() {
+            parts.push(format!("drawn in {} ms", r.took.as_millis()));
+        }
     }
     crate::paint::status_parts(parts)
 }
