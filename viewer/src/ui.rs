@@ -338,7 +338,8 @@ pub fn ui_system(
         redraw.write(RequestRedraw);
     }
     input_shown.0 = moved_and_shown && !late;
-    let mut text = status_text(&session, loaded.as_ref(), &v, &work, state.bitmap_pixels);
+    let row_highlight = state.highlight == Highlight::Row;
+    let mut text = status_text(&session, loaded.as_ref(), &v, &work, state.bitmap_pixels, row_highlight);
     if let Some(n) = &state.notice {
         text = format!("{text}  ·  {n}");
     }
@@ -496,12 +497,14 @@ fn scale_label(columns_per_pixel: f64) -> String {
 /// this view, label the rows: FILE: ...". One sentence per cause, naming
 /// each thing it stopped (a trace file gone since decoding stops the
 /// picture, the labels and the highlight alike: said once, not thrice).
-pub(crate) fn failures_said(work: &Work) -> Option<String> {
+/// The row highlight's only while it is on (`row_highlight`): its job
+/// keeps its last failure after the highlight is turned off.
+pub(crate) fn failures_said(work: &Work, row_highlight: bool) -> Option<String> {
     let failed = [
         ("draw this view", work.render.failure().map(|(_, why)| why)),
         ("draw the overview", work.overview.failure().map(|(_, why)| why)),
         ("label the rows", work.bands.failure().map(|(_, why)| why)),
-        ("find the columns touching the line", work.touching.failure().map(|(_, why)| why)),
+        ("find the columns touching the line", work.touching.failure().filter(|_| row_highlight).map(|(_, why)| why)),
     ];
     let mut causes: Vec<(&String, Vec<&str>)> = Vec::new();
     for (what, why) in failed.iter().filter_map(|(what, why)| Some((*what, (*why)?))) {
@@ -514,7 +517,14 @@ pub(crate) fn failures_said(work: &Work) -> Option<String> {
     (!said.is_empty()).then(|| crate::paint::status_parts(said))
 }
 
-fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work: &Work, pixels: f32) -> String {
+fn status_text(
+    session: &Session,
+    loaded: Option<&Loaded>,
+    view: &Viewport,
+    work: &Work,
+    pixels: f32,
+    row_highlight: bool,
+) -> String {
     let file = session.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     if let Some(e) = &session.error {
         return format!("{file}: cannot show this trace: {e}");
@@ -547,7 +557,7 @@ fn status_text(session: &Session, loaded: Option<&Loaded>, view: &Viewport, work
     if session.loading.is_some() {
         parts.push(format!("re-decoding {:.0}%", 100.0 * session.progress().unwrap_or(0.0)));
     }
-    parts.extend(failures_said(work));
+    parts.extend(failures_said(work, row_highlight));
     // A picture that cannot be drawn is said with the other failures.
     if work.render.failure().is_none() {
         if work.render.busy() {

@@ -537,12 +537,15 @@ mod tests {
         // Asked for again, as every frame does: kept, not run again.
         want_bands(&mut work, &loaded, 500);
         assert!(!work.bands.busy(), "a failed key is not run again");
-        let said = crate::ui::failures_said(&work).expect("said");
+        let said = crate::ui::failures_said(&work, true).expect("said");
         assert!(
             said.starts_with("cannot draw the overview, label the rows, find the columns touching the line: "),
             "{said}"
         );
         assert_eq!(said.matches("linetrace-gone").count(), 1, "one cause said once: {said}");
+        // With the row highlight off, its old failure is not said.
+        let said = crate::ui::failures_said(&work, false).expect("said");
+        assert!(said.starts_with("cannot draw the overview, label the rows: "), "{said}");
     }
 
     /// A source file modified after the recording started says so; one
