@@ -358,11 +358,12 @@ fn compare_ui(
             report.status.push('\n');
         }
         if let (Some(m), Some([a, b])) = (&matching, c.loaded()) {
+            let frames = |n: usize| if n == 1 { "1 frame".to_string() } else { format!("{n} frames") };
             let text = format!(
-                "{} of A's {} frames and of B's {} matched by function and occurrence",
+                "{} of A's {} and of B's {} matched by function and occurrence",
                 m.pairs(),
-                a.model.call_tree.frames.len(),
-                b.model.call_tree.frames.len()
+                frames(a.model.call_tree.frames.len()),
+                frames(b.model.call_tree.frames.len())
             );
             ui.label(egui::RichText::new(&text).monospace().size(11.0));
         }

@@ -1102,7 +1102,7 @@ fn main_view(
     if let (Highlight::Row, Some(line)) = (state.highlight, inspection.and_then(|i| i.line.as_ref())) {
         let (from, to) = (view.columns.0.max(0.0) as u64, (view.columns.1.ceil() as u64).min(model.columns));
         work::want_touching(work, l, line.line, from, to);
-        if let Some((_, cols)) = work.touching.latest().filter(|(k, _)| k.1 == line.line) {
+        if let Some(cols) = work::touching_to_draw(work, line.line) {
             for &c in cols {
                 let x = x_of(c as f64, bitmap);
                 painter_b.line_segment(

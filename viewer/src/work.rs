@@ -353,6 +353,17 @@ pub fn want_touching(work: &mut Work, loaded: &Loaded, line: u64, from: u64, to:
     });
 }
 
+/// The columns to highlight as touching `line`: the newest found for it
+/// (those of an older range stand in while the view's are found), none
+/// once finding them for the view failed — the status line says why, and
+/// an older range's columns would contradict it.
+pub fn touching_to_draw(work: &Work, line: u64) -> Option<&[u64]> {
+    if work.touching.failure().is_some() {
+        return None;
+    }
+    work.touching.latest().filter(|(key, _)| key.1 == line).map(|(_, columns)| columns.as_slice())
+}
+
 /// The statistics of columns `range` of `model`, or why they cannot be
 /// summed (the replay reads the trace file, which can be gone or changed
 /// since it was decoded): said in the panel, not left "working"; `None`
@@ -546,6 +557,36 @@ mod tests {
         // With the row highlight off, its old failure is not said.
         let said = crate::ui::failures_said(&work, false).expect("said");
         assert!(said.starts_with("cannot draw the overview, label the rows: "), "{said}");
+    }
+
+    /// The row highlight shows the columns found for an older range while
+    /// the view's are found, and none once finding them failed: before, the
+    /// older range's columns stayed lit next to the status line's "cannot
+    /// find the columns touching the line".
+    #[test]
+    fn a_row_highlight_that_cannot_be_found_lights_no_older_columns() {
+        let (gone, mut work) = a_trace_whose_file_is_gone();
+        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/lookup_hash_work.lntrace");
+        let model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
+        let symbols = Arc::new(Symbolizer::new(&model.modules));
+        let line = Inspector::new(&model, &symbols).inspect(10, Some(0)).expect("inspect").line.expect("row 0").line;
+        let present = Loaded::new(model, symbols, gone.generation, Duration::ZERO);
+        let columns = present.model.columns;
+        want_touching(&mut work, &present, line, 0, columns);
+        assert!(work.touching.wait_for(&(present.generation, line, 0, columns), Duration::from_secs(60)), "found");
+        let found = touching_to_draw(&work, line).expect("columns of the line").to_vec();
+        assert!(!found.is_empty(), "row 0's line at column 10 is touched");
+        assert_eq!(touching_to_draw(&work, line + 1), None, "another line's");
+        // The view moves on, and the trace file is gone since.
+        want_touching(&mut work, &gone, line, 1, columns);
+        assert!(
+            crate::jobs::wakes::until(|| {
+                work.poll();
+                work.touching.failure().is_some()
+            }),
+            "fails"
+        );
+        assert_eq!(touching_to_draw(&work, line), None, "no columns of the older range");
     }
 
     /// A source file modified after the recording started says so; one
