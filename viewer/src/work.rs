@@ -489,15 +489,21 @@ impl Names {
 mod tests {
     use super::*;
 
-    /// A small trace, decoded, whose file is gone since (generation 1),
-    /// and no work yet.
-    fn a_trace_whose_file_is_gone() -> (Loaded, Work) {
+    /// A small checked-in trace, decoded (generation 1).
+    fn a_decoded_trace() -> Loaded {
         let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/lookup_hash_work.lntrace");
-        let mut model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
-        model.trace_path = std::env::temp_dir().join(format!("linetrace-gone-{}.lntrace", std::process::id()));
+        let model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
         let symbols = Arc::new(Symbolizer::new(&model.modules));
         bevy::tasks::AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
-        (Loaded::new(model, symbols, 1, Duration::ZERO), Work::default())
+        Loaded::new(model, symbols, 1, Duration::ZERO)
+    }
+
+    /// [`a_decoded_trace`], whose file is gone since, and no work yet.
+    fn a_trace_whose_file_is_gone() -> (Loaded, Work) {
+        let Loaded { model, symbols, generation, .. } = a_decoded_trace();
+        let mut model = Arc::into_inner(model).expect("the only reference");
+        model.trace_path = std::env::temp_dir().join(format!("linetrace-gone-{}.lntrace", std::process::id()));
+        (Loaded::new(model, symbols, generation, Duration::ZERO), Work::default())
     }
 
     /// A range whose replay fails (the trace file is gone since it was
@@ -566,11 +572,13 @@ mod tests {
     #[test]
     fn a_row_highlight_that_cannot_be_found_lights_no_older_columns() {
         let (gone, mut work) = a_trace_whose_file_is_gone();
-        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/lookup_hash_work.lntrace");
-        let model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
-        let symbols = Arc::new(Symbolizer::new(&model.modules));
-        let line = Inspector::new(&model, &symbols).inspect(10, Some(0)).expect("inspect").line.expect("row 0").line;
-        let present = Loaded::new(model, symbols, gone.generation, Duration::ZERO);
+        let present = a_decoded_trace();
+        let line = Inspector::new(&present.model, &present.symbols)
+            .inspect(10, Some(0))
+            .expect("inspect")
+            .line
+            .expect("row 0")
+            .line;
         let columns = present.model.columns;
         want_touching(&mut work, &present, line, 0, columns);
         assert!(work.touching.wait_for(&(present.generation, line, 0, columns), Duration::from_secs(60)), "found");
