@@ -25,7 +25,43 @@ use crate::allocations::AllocationRecord;
 use crate::drawing_threads::second_thread_allowed;
 use crate::heap::{SizeClass, address_regions, extent, is_heap_block};
 use crate::heap_scene::{HeapScene, OccupancyStep};
-use crate::raster::{Colour, FunctionNames, Image, frame_colour, importance, spare_grids};
+use crate::raster::{Colour, FunctionNames, Image, frame_colour, importance};
+
+/// Pixel sums kept from one heap picture to the next. A picture's sums are
+/// a buffer of tens of megabytes; a fresh one is paid for in page faults as
+/// it is first written, a reused one only in clearing it. (The bitmap's
+/// pictures keep one pixel column of sums: they need none of this.)
+mod spare_grids {
+    use crate::raster::Coverage;
+    use std::sync::Mutex;
+
+    /// Buffers kept: one (the largest). Each is a picture's worth of
+    /// memory held between pictures.
+    const KEPT: usize = 1;
+
+    static SPARE: Mutex<Vec<Vec<Coverage>>> = Mutex::new(Vec::new());
+
+    /// `n` cleared sums, in a kept buffer when there is one.
+    pub(super) fn take(n: usize) -> Vec<Coverage> {
+        let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match spare {
+            Some(mut v) => {
+                v.clear();
+                v.resize(n, Coverage::default());
+                v
+            }
+            None => vec![Coverage::default(); n],
+        }
+    }
+
+    /// Keeps `v` for a later picture (the largest ones, at most [`KEPT`]).
+    pub(super) fn give_back(v: Vec<Coverage>) {
+        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+        spare.push(v);
+        spare.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+        spare.truncate(KEPT);
+    }
+}
 
 /// Fewest pixels a region gets.
 pub const MIN_REGION_PX: f64 = 6.0;

@@ -409,43 +409,6 @@ impl Iterator for PixelRows {
     }
 }
 
-/// Pixel sums kept from one picture to the next. A picture's sums are a
-/// buffer of tens of megabytes; a fresh one is paid for in page faults as
-/// it is first written (a fifth of a zoomed-in picture's time), a reused
-/// one only in clearing it.
-pub(crate) mod spare_grids {
-    use super::Coverage;
-    use std::sync::Mutex;
-
-    /// Buffers kept: one (the largest). Each is a picture's worth of
-    /// memory held between pictures; two raised the viewer's peak memory
-    /// on a 100M-read trace by a seventh.
-    const KEPT: usize = 1;
-
-    static SPARE: Mutex<Vec<Vec<Coverage>>> = Mutex::new(Vec::new());
-
-    /// `n` cleared sums, in a kept buffer when there is one.
-    pub(crate) fn take(n: usize) -> Vec<Coverage> {
-        let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        match spare {
-            Some(mut v) => {
-                v.clear();
-                v.resize(n, Coverage::default());
-                v
-            }
-            None => vec![Coverage::default(); n],
-        }
-    }
-
-    /// Keeps `v` for a later picture (the largest ones, at most [`KEPT`]).
-    pub(crate) fn give_back(v: Vec<Coverage>) {
-        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
-        spare.push(v);
-        spare.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
-        spare.truncate(KEPT);
-    }
-}
-
 /// The picture of a grid drawn a pixel column at a time, left to right.
 /// Finished columns gather in a strip of [`FinishedColumns::STRIP`]
 /// columns, which goes into the row-major picture a row at a time. Written
@@ -513,20 +476,24 @@ impl FinishedColumns {
     }
 }
 
-/// Accumulates cells into pixel coverage for one view.
+/// Accumulates cells into pixel coverage for one view, a pixel column at
+/// a time, left to right: it keeps the sums of the column being drawn and
+/// writes each finished column into the picture
+/// ([`CoverageGrid::finish_column`]). A whole grid of sums was 80 MB at
+/// 1920x1080; clearing it, filling it (each add another host cache line)
+/// and reading it back was most of an exact picture's time at a few
+/// columns a pixel (`add_run` 26% and `into_image` 18.5% of the samples of
+/// `cargo bench --bench decode -- --draw /tmp/mh10m.lntrace 3.22 20`).
 struct CoverageGrid<'v> {
     view: &'v BitmapView,
     /// Columns per pixel.
     cw: f64,
-    /// Column-major: pixel (`px`, `py`) at `px * height + py`. Cells are
-    /// added a pixel column at a time, all its rows, so the rows of a
-    /// column sit together; row-major, every add touched another cache
-    /// line and page (the grid is 65 MB at 1734x933).
+    /// The sums of pixel column [`CoverageGrid::open_pixel`], by pixel row.
     acc: Vec<Coverage>,
-    /// Set for a grid that holds one pixel column at a time
-    /// ([`CoverageGrid::column_by_column`]): the picture, each column
-    /// written as it is finished.
-    finished: Option<FinishedColumns>,
+    /// The first pixel column not finished yet: the one `acc` holds.
+    open_pixel: usize,
+    /// The picture: each column written as it is finished.
+    finished: FinishedColumns,
     /// The pixel rows of each bitmap row that can show (from the first of
     /// [`CoverageGrid::row_range`]): `row_pixels[row_starts[i]..row_starts[i + 1]]`.
     /// Worked out once per picture, not once per cell.
@@ -535,14 +502,8 @@ struct CoverageGrid<'v> {
 }
 
 impl<'v> CoverageGrid<'v> {
-    fn new(view: &'v BitmapView) -> Result<Self, DecodeError> {
-        let mut grid = CoverageGrid::without_sums(view)?;
-        grid.acc = spare_grids::take(view.width as usize * view.height as usize);
-        Ok(grid)
-    }
-
-    /// A grid for `view` with no room for sums yet.
-    fn without_sums(view: &'v BitmapView) -> Result<Self, DecodeError> {
+    /// A grid for `view`, every pixel the background until drawn.
+    fn new(view: &'v BitmapView, palette: &Palette) -> Result<Self, DecodeError> {
         let (w, h) = (view.width as usize, view.height as usize);
         let (a, b) = view.columns;
         let (r0, r1) = view.rows;
@@ -558,32 +519,42 @@ impl<'v> CoverageGrid<'v> {
             row_pixels.extend(pixel_rows(row, r0, rh, h));
         }
         row_starts.push(row_pixels.len());
-        Ok(CoverageGrid { view, cw: (b - a) / w as f64, acc: Vec::new(), finished: None, row_starts, row_pixels })
+        Ok(CoverageGrid {
+            view,
+            cw: (b - a) / w as f64,
+            acc: vec![Coverage::default(); h],
+            open_pixel: 0,
+            finished: FinishedColumns::new(w, h, to_rgba8(palette.background)),
+            row_starts,
+            row_pixels,
+        })
     }
 
-    /// A grid for drawings that finish each pixel column before starting
-    /// the next, left to right (one span, or one merge of summary blocks,
-    /// per column): it keeps one column of sums and writes each finished
-    /// column into the picture ([`CoverageGrid::finish_column`]). A whole
-    /// grid of sums is 65 MB at 1734x933; clearing it, filling it and
-    /// reading it back was a fifth of such a picture's time.
-    fn column_by_column(view: &'v BitmapView, palette: &Palette) -> Result<Self, DecodeError> {
-        let mut grid = CoverageGrid::without_sums(view)?;
-        let (w, h) = (view.width as usize, view.height as usize);
-        grid.acc = vec![Coverage::default(); h];
-        grid.finished = Some(FinishedColumns::new(w, h, to_rgba8(palette.background)));
-        Ok(grid)
-    }
-
-    /// Writes pixel column `px` of a column-by-column grid into its picture
-    /// and starts the next column from empty sums.
+    /// Writes pixel column `px` into the picture and starts the next
+    /// column from empty sums. Columns come left to right.
     fn finish_column(&mut self, px: usize, palette: &Palette) {
         let alpha = self.view.alpha;
-        let Some(finished) = self.finished.as_mut() else { return };
-        for (pixel, c) in finished.column(px).iter_mut().zip(&mut self.acc) {
+        for (pixel, c) in self.finished.column(px).iter_mut().zip(&mut self.acc) {
             *pixel = c.pixel(palette.background, alpha);
             *c = Coverage::default();
         }
+        self.open_pixel = px + 1;
+    }
+
+    /// The pixel column holding the start of column `column` (may be past
+    /// the picture).
+    #[inline]
+    fn pixel_of(&self, column: u64) -> usize {
+        // A cast of a non-negative value: `floor` is a libm call on the
+        // baseline x86-64 target, and this runs per run.
+        ((column as f64 - self.view.columns.0) / self.cw).max(0.0) as usize
+    }
+
+    /// The pixel column after the last one columns before `end` reach.
+    #[inline]
+    fn pixel_end(&self, end: u64) -> usize {
+        let x = ((end as f64 - self.view.columns.0) / self.cw).max(0.0);
+        ceil_of_non_negative(x).min(u64::from(self.view.width)) as usize
     }
 
     /// Rows of the bitmap that can show in the view.
@@ -592,55 +563,81 @@ impl<'v> CoverageGrid<'v> {
     }
 
     /// Adds the cells of one row over columns `[start, end)`, all of one
-    /// colour. Every cell stays its own element of the anti-aliasing sum
-    /// (its own `f^alpha`); cells wholly inside a pixel share one `f`, so a
-    /// run costs O(pixels it spans), not O(columns).
+    /// colour, to the pixel columns not finished yet. Every cell stays its
+    /// own element of the anti-aliasing sum (its own `f^alpha`); cells
+    /// wholly inside a pixel share one `f`, so a run costs O(pixels it
+    /// spans), not O(columns).
     fn add_run(&mut self, row: usize, start: u64, end: u64, colour: Colour) {
-        // Runs span pixel columns: they need the whole grid of sums.
-        debug_assert!(self.finished.is_none(), "runs on a column-by-column grid");
-        let (w, h) = (self.view.width as usize, self.view.height as usize);
+        let first = self.pixel_of(start).max(self.open_pixel);
+        let last = self.pixel_end(end);
+        debug_assert!(last <= first + 1 || start == end, "a run over pixel columns drawn later: {first}..{last}");
+        for px in first..last {
+            self.add_run_to_pixel(px, row, start, end, colour);
+        }
+    }
+
+    /// The part of a run ([`CoverageGrid::add_run`]) in pixel column `px`,
+    /// added to the open column's sums.
+    #[inline]
+    fn add_run_to_pixel(&mut self, px: usize, row: usize, start: u64, end: u64, colour: Colour) {
         let (a, cw, alpha) = (self.view.columns.0, self.cw, self.view.alpha);
         let (start, end) = (start as f64, end as f64);
-        // Casts of non-negative values: `floor` and `ceil` are libm calls
-        // on the baseline x86-64 target, and this loop runs per pixel.
-        let px_first = ((start - a) / cw).max(0.0) as usize;
-        let px_end = ceil_of_non_negative(((end - a) / cw).max(0.0)).min(w as u64) as usize;
+        // The run's columns that fall into this pixel.
+        let pixel_lo = a + px as f64 * cw;
+        let pixel_hi = pixel_lo + cw;
+        let lo = start.max(pixel_lo);
+        let hi = end.min(pixel_hi);
+        if hi <= lo {
+            return;
+        }
         let (from, to) = self.row_span(row);
-        for px in px_first..px_end {
-            // The run's columns that fall into this pixel.
-            let pixel_lo = a + px as f64 * cw;
-            let pixel_hi = pixel_lo + cw;
-            let lo = start.max(pixel_lo);
-            let hi = end.min(pixel_hi);
-            if hi <= lo {
-                continue;
-            }
-            if alpha == 1.0 {
-                // Importance is the covered fraction itself (`f^1`): the
-                // run's cells in this pixel add up to one term, the part of
-                // the pixel they cover. One add instead of three.
-                let cover = (hi - lo) / cw;
-                for &(py, fy) in &self.row_pixels[from..to] {
-                    let f = cover * fy;
-                    self.acc[px * h + py].add_weighted(f, f, colour);
-                }
-                continue;
-            }
-            let first = lo as u64;
-            let last = ceil_of_non_negative(hi).saturating_sub(1);
-            let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / cw;
-            let (cover_first, cover_last) = (cover(first), cover(last));
-            let interior = last.saturating_sub(first).saturating_sub(1);
+        if alpha == 1.0 {
+            // Importance is the covered fraction itself (`f^1`): the run's
+            // cells in this pixel add up to one term, the part of the pixel
+            // they cover. One add instead of three.
+            let cover = (hi - lo) / cw;
             for &(py, fy) in &self.row_pixels[from..to] {
-                let cell = &mut self.acc[px * h + py];
-                cell.add(cover_first * fy, colour, alpha);
-                if last > first {
-                    cell.add(cover_last * fy, colour, alpha);
-                }
-                if interior > 0 {
-                    cell.add_many(interior as f64, fy / cw, colour, alpha);
-                }
+                let f = cover * fy;
+                self.acc[py].add_weighted(f, f, colour);
             }
+            return;
+        }
+        let first = lo as u64;
+        let last = ceil_of_non_negative(hi).saturating_sub(1);
+        let cover = |c: u64| overlap(pixel_lo, pixel_hi, c as f64) / cw;
+        let (cover_first, cover_last) = (cover(first), cover(last));
+        let interior = last.saturating_sub(first).saturating_sub(1);
+        for &(py, fy) in &self.row_pixels[from..to] {
+            let cell = &mut self.acc[py];
+            cell.add(cover_first * fy, colour, alpha);
+            if last > first {
+                cell.add(cover_last * fy, colour, alpha);
+            }
+            if interior > 0 {
+                cell.add_many(interior as f64, fy / cw, colour, alpha);
+            }
+        }
+    }
+
+    /// Finishes the pixel columns before `until` that are still open, with
+    /// the part of each open run (`runs[i]` of row `first_row + i`: its
+    /// start column and colour) up to column `end` in each. Runs left open
+    /// go on from where they were: [`CoverageGrid::add_run`] adds only to
+    /// columns not finished.
+    fn finish_columns_with_runs(
+        &mut self,
+        until: usize,
+        end: u64,
+        runs: &[(u64, Colour)],
+        first_row: usize,
+        palette: &Palette,
+    ) {
+        while self.open_pixel < until.min(self.view.width as usize) {
+            let px = self.open_pixel;
+            for (i, &(start, colour)) in runs.iter().enumerate() {
+                self.add_run_to_pixel(px, first_row + i, start, end, colour);
+            }
+            self.finish_column(px, palette);
         }
     }
 
@@ -654,10 +651,9 @@ impl<'v> CoverageGrid<'v> {
         }
     }
 
-    /// Adds summed rows to pixel column `px`: `columns` columns' worth, each
-    /// row's cells as many as its occupancy says.
-    fn add_rows(&mut self, px: usize, rows: &[SpanRow], columns: f64, palette: &Palette) {
-        let h = self.view.height as usize;
+    /// Adds summed rows to the open pixel column: `columns` columns' worth,
+    /// each row's cells as many as its occupancy says.
+    fn add_rows(&mut self, rows: &[SpanRow], columns: f64, palette: &Palette) {
         let (first, end) = self.row_range();
         for (r, row) in rows.iter().enumerate().take(end).skip(first) {
             let cells = row.occupancy * columns;
@@ -667,36 +663,14 @@ impl<'v> CoverageGrid<'v> {
             let colour = palette.colour(self.view.colour_by, &row.means);
             let (cw, alpha) = (self.cw, self.view.alpha);
             let (from, to) = self.row_span(r);
-            // A column-by-column grid holds only the column being drawn.
-            let column = if self.finished.is_some() { 0 } else { px * h };
             for &(py, fy) in &self.row_pixels[from..to] {
-                self.acc[column + py].add_many(cells, fy / cw, colour, alpha);
+                self.acc[py].add_many(cells, fy / cw, colour, alpha);
             }
         }
     }
 
-    fn into_image(self, palette: &Palette) -> Image {
-        if let Some(finished) = self.finished {
-            return Image { width: self.view.width, height: self.view.height, rgba: finished.into_rgba() };
-        }
-        // Pixel by pixel into the bytes: this runs for every pixel of every
-        // picture, so it was a large part of a zoomed-in picture's time.
-        let (w, h) = (self.view.width as usize, self.view.height as usize);
-        let mut rgba = vec![0u8; w * h * 4];
-        // Transposed a strip of columns at a time: the strip's columns are
-        // read down together, so each stays in the cache.
-        const STRIP: usize = 16;
-        for x0 in (0..w).step_by(STRIP) {
-            let x1 = (x0 + STRIP).min(w);
-            for y in 0..h {
-                for x in x0..x1 {
-                    let pixel = self.acc[x * h + y].pixel(palette.background, self.view.alpha);
-                    rgba[(y * w + x) * 4..(y * w + x) * 4 + 4].copy_from_slice(&pixel);
-                }
-            }
-        }
-        spare_grids::give_back(self.acc);
-        Image { width: self.view.width, height: self.view.height, rgba }
+    fn into_image(self) -> Image {
+        Image { width: self.view.width, height: self.view.height, rgba: self.finished.into_rgba() }
     }
 }
 
@@ -751,7 +725,9 @@ fn tinted(model: &Model, index: &AllocationIndex, line: u64, column: u64) -> boo
 /// Exact drawing, cell by cell. A line's cells only change colour when the
 /// line is touched or when any line is inserted (every age drops; rows
 /// below shift), so the replay keeps one open run per row and closes runs
-/// at those moments: O(hits + misses x rows) for the range.
+/// at those moments. Each pixel column is finished as the replay passes
+/// it, with its part of the open runs, so only one column of pixel sums
+/// is kept: O(hits + (misses + pixel columns) x rows) for the range.
 pub fn rasterize_exact(
     model: &Model,
     view: &BitmapView,
@@ -788,7 +764,7 @@ fn rasterize_exact_part(
     names: FunctionNames<'_>,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
-    let mut grid = CoverageGrid::new(view)?;
+    let mut grid = CoverageGrid::new(view, palette)?;
     let config = model.working_set.config;
     let line_size = model.line_size();
     // Allocation lifetimes change tints, so they close runs like a miss.
@@ -833,6 +809,9 @@ fn rasterize_exact_part(
         }
         let (column, set) = (read.column, cursor.set());
         last_column = column + 1;
+        // The cells before `column` are drawn: the pixel columns no later
+        // cell reaches are finished, so the grid holds one column of sums.
+        grid.finish_columns_with_runs(grid.pixel_of(column), column, &runs, first_row, palette);
         if column % (1 << 14) == 0 && !progress(column - from, to - from) {
             return Err(DecodeError::Cancelled);
         }
@@ -848,9 +827,11 @@ fn rasterize_exact_part(
             }
             clock = Some(set.clock());
             let end = row_end.min(lines.len());
-            runs = (first_row..end.max(first_row))
-                .map(|row| (column, colour_of(&mut categories, set, &lines[row], column)))
-                .collect();
+            runs.clear();
+            runs.extend(
+                (first_row..end.max(first_row))
+                    .map(|row| (column, colour_of(&mut categories, set, &lines[row], column))),
+            );
             continue;
         }
         // A hit: only the lines this read touched changed colour.
@@ -863,10 +844,8 @@ fn rasterize_exact_part(
             *run = (column, colour);
         }
     }
-    for (i, &(start, colour)) in runs.iter().enumerate() {
-        grid.add_run(first_row + i, start, last_column, colour);
-    }
-    Ok(grid.into_image(palette))
+    grid.finish_columns_with_runs(grid.pixel_end(last_column), last_column, &runs, first_row, palette);
+    Ok(grid.into_image())
 }
 
 /// Category colours of lines, cached by function: the function that last
@@ -996,7 +975,7 @@ fn rasterize_blocks_part(
     view: &BitmapView,
     palette: &Palette,
 ) -> Result<Image, DecodeError> {
-    let mut grid = CoverageGrid::column_by_column(view, palette)?;
+    let mut grid = CoverageGrid::new(view, palette)?;
     let cw = grid.cw;
     let width = block_width.max(1) as f64;
     let columns = columns as f64;
@@ -1023,11 +1002,11 @@ fn rasterize_blocks_part(
         }
         let covered = merged.width();
         if covered > 0.0 {
-            grid.add_rows(px, merged.finish(), covered, palette);
+            grid.add_rows(merged.finish(), covered, palette);
             grid.finish_column(px, palette);
         }
     }
-    Ok(grid.into_image(palette))
+    Ok(grid.into_image())
 }
 
 /// Columns above which span drawing splits its pixels between two threads
@@ -1118,7 +1097,7 @@ fn rasterize_spans_part(
     palette: &Palette,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
-    let mut grid = CoverageGrid::column_by_column(view, palette)?;
+    let mut grid = CoverageGrid::new(view, palette)?;
     let cw = grid.cw;
     let (a, b) = view.columns;
     let to = (b.ceil() as u64).min(model.columns);
@@ -1143,14 +1122,14 @@ fn rasterize_spans_part(
         }
         let span = spans.close_span(cursor.set_mut());
         if span.end > span.start {
-            grid.add_rows(px, &span.rows, (span.end - span.start) as f64, palette);
+            grid.add_rows(&span.rows, (span.end - span.start) as f64, palette);
             grid.finish_column(px, palette);
         }
         if px % 64 == 0 && !progress(cursor.column().saturating_sub(start), to - start) {
             return Err(DecodeError::Cancelled);
         }
     }
-    Ok(grid.into_image(palette))
+    Ok(grid.into_image())
 }
 
 /// Flamegraph colour of a function: a warm hue from its name.
