@@ -58,6 +58,27 @@ pub fn short(n: f64) -> String {
     }
 }
 
+/// The label of ruler tick `c`, ticks `step` apart (a power of ten times
+/// 1, 2 or 5): [`short`]'s units, with the decimals that tell neighbouring
+/// ticks apart. With [`short`]'s one decimal, a view of columns
+/// 5,000,000..5,004,000 labelled every tick "5.0M".
+pub fn tick_label(c: f64, step: f64) -> String {
+    let a = c.abs();
+    let (unit, suffix): (f64, &str) = if a >= 1e9 {
+        (1e9, "G")
+    } else if a >= 1e6 {
+        (1e6, "M")
+    } else if a >= 1e4 {
+        (1e3, "k")
+    } else {
+        (1.0, "")
+    };
+    // Digits of the step below the unit: a step of 500 in millions needs
+    // 4 (5.0005M).
+    let decimals = (unit.log10().round() - step.max(1.0).log10().floor()).max(0.0) as usize;
+    format!("{:.*}{suffix}", decimals, c / unit)
+}
+
 /// The x of column `c` in `rect` under `view`.
 pub fn x_of(view: &Viewport, c: f64, rect: egui::Rect) -> f32 {
     rect.left() + (view.x_of(c) as f32) * rect.width()
@@ -503,7 +524,7 @@ pub fn draw_ruler(painter: &egui::Painter, ruler: egui::Rect, view: &Viewport) {
         painter.text(
             egui::pos2(x + 2.0, ruler.top() + 2.0),
             egui::Align2::LEFT_TOP,
-            short(c),
+            tick_label(c, step),
             egui::FontId::proportional(10.0),
             egui::Color32::GRAY,
         );
@@ -539,6 +560,26 @@ pub fn frame_label(names: &Names, f: &Frame) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Neighbouring ruler ticks have different labels at every scale,
+    /// and the labels read as the columns they mark.
+    #[test]
+    fn ruler_ticks_are_told_apart() {
+        assert_eq!(tick_label(5_000_500.0, 500.0), "5.0005M");
+        assert_eq!(tick_label(20_200.0, 200.0), "20.2k");
+        assert_eq!(tick_label(20_000.0, 1000.0), "20k");
+        assert_eq!(tick_label(7_200_000_000.0, 1e8), "7.2G");
+        assert_eq!(tick_label(1234.0, 1.0), "1234");
+        for step in [1.0f64, 2.0, 5.0, 10.0, 50.0, 200.0, 1e3, 5e4, 2e6] {
+            for start in [0.0, 9_000.0, 123_000.0, 5_000_000.0, 99_999_000.0, 4_000_000_000.0] {
+                let first = (start / step).ceil() * step;
+                let labels: Vec<String> = (0..12).map(|i| tick_label(first + f64::from(i) * step, step)).collect();
+                for pair in labels.windows(2) {
+                    assert_ne!(pair[0], pair[1], "ticks {step} apart from {start}: {labels:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn status_parts_leave_empty_ones_out() {
