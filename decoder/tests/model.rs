@@ -364,6 +364,31 @@ fn fast_rasteriser_equals_the_per_cell_reference() {
             colour_by: ColourBy::BytesRead,
         },
     ];
+    // And views at random: pixel edges anywhere in a column, from a
+    // twentieth of a column a pixel to the most drawn exactly (each pixel
+    // column is finished as the replay passes it), narrow and wide (drawn
+    // in two halves), some past the last column.
+    let mut next = || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let random = (0..24).map(|_| {
+        let width = 1 + (next() * 400.0) as u32;
+        let per_pixel = 0.05 + next() * (decoder::raster::EXACT_COLUMNS_PER_PIXEL - 0.05);
+        let wide = per_pixel * f64::from(width);
+        // Some reach past the trace's end (3000 columns).
+        let start = next() * (3000.0 - wide / 2.0).max(0.0);
+        let top = next() * 20.0;
+        BitmapView {
+            columns: (start, start + wide),
+            rows: (top, top + 1.0 + next() * 30.0),
+            width,
+            height: 1 + (next() * 60.0) as u32,
+            alpha: [0.4, 1.0, 1.7][(next() * 3.0) as usize],
+            colour_by: ColourBy::BytesRead,
+        }
+    });
+    let views: Vec<BitmapView> = views.into_iter().chain(random.collect::<Vec<_>>()).collect();
     for view in views {
         let fast = rasterize_exact(&model, &view, &p, &mut |_, _| true).expect("raster");
         let want = reference_bitmap(&model, &view, &p);
