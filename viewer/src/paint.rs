@@ -44,27 +44,11 @@ pub fn rect4(r: egui::Rect, ppp: f32) -> [f32; 4] {
     [r.left() * ppp, r.top() * ppp, r.right() * ppp, r.bottom() * ppp]
 }
 
-/// Short form of a count: 1.2k, 3.4M.
-pub fn short(n: f64) -> String {
+/// The unit a count is written in: thousands from 10,000, millions,
+/// billions; with its suffix.
+fn count_unit(n: f64) -> (f64, &'static str) {
     let a = n.abs();
     if a >= 1e9 {
-        format!("{:.1}G", n / 1e9)
-    } else if a >= 1e6 {
-        format!("{:.1}M", n / 1e6)
-    } else if a >= 1e4 {
-        format!("{:.0}k", n / 1e3)
-    } else {
-        format!("{n:.0}")
-    }
-}
-
-/// The label of ruler tick `c`, ticks `step` apart (a power of ten times
-/// 1, 2 or 5): [`short`]'s units, with the decimals that tell neighbouring
-/// ticks apart. With [`short`]'s one decimal, a view of columns
-/// 5,000,000..5,004,000 labelled every tick "5.0M".
-pub fn tick_label(c: f64, step: f64) -> String {
-    let a = c.abs();
-    let (unit, suffix): (f64, &str) = if a >= 1e9 {
         (1e9, "G")
     } else if a >= 1e6 {
         (1e6, "M")
@@ -72,7 +56,22 @@ pub fn tick_label(c: f64, step: f64) -> String {
         (1e3, "k")
     } else {
         (1.0, "")
-    };
+    }
+}
+
+/// Short form of a count: 12k, 3.4M.
+pub fn short(n: f64) -> String {
+    let (unit, suffix) = count_unit(n);
+    let decimals = if unit >= 1e6 { 1 } else { 0 };
+    format!("{:.*}{suffix}", decimals, n / unit)
+}
+
+/// The label of ruler tick `c`, ticks `step` apart (a power of ten times
+/// 1, 2 or 5): [`short`]'s units, with the decimals that tell neighbouring
+/// ticks apart. With [`short`]'s one decimal, a view of columns
+/// 5,000,000..5,004,000 labelled every tick "5.0M".
+pub fn tick_label(c: f64, step: f64) -> String {
+    let (unit, suffix) = count_unit(c);
     // Digits of the step below the unit: a step of 500 in millions needs
     // 4 (5.0005M).
     let decimals = (unit.log10().round() - step.max(1.0).log10().floor()).max(0.0) as usize;
@@ -570,6 +569,7 @@ mod tests {
         assert_eq!(tick_label(20_000.0, 1000.0), "20k");
         assert_eq!(tick_label(7_200_000_000.0, 1e8), "7.2G");
         assert_eq!(tick_label(1234.0, 1.0), "1234");
+        assert_eq!([short(1234.0), short(56_789.0), short(3_450_000.0), short(2.5e9)], ["1234", "57k", "3.5M", "2.5G"]);
         for step in [1.0f64, 2.0, 5.0, 10.0, 50.0, 200.0, 1e3, 5e4, 2e6] {
             for start in [0.0, 9_000.0, 123_000.0, 5_000_000.0, 99_999_000.0, 4_000_000_000.0] {
                 let first = (start / step).ceil() * step;
