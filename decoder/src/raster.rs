@@ -546,7 +546,7 @@ impl<'v> CoverageGrid<'v> {
     #[inline]
     fn pixel_of(&self, column: u64) -> usize {
         // A cast of a non-negative value: `floor` is a libm call on the
-        // baseline x86-64 target, and this runs per run.
+        // baseline x86-64 target, and exact drawing asks this per read.
         ((column as f64 - self.view.columns.0) / self.cw).max(0.0) as usize
     }
 
