@@ -324,18 +324,29 @@ fn the_measuring_script_drives_the_compare_mode() {
     assert!(report["decoded_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{report}");
     let pans = report["pan_frame_ms"].as_array().expect("pan frames");
     assert!(pans.len() > 200, "every pan frame is timed: {}", pans.len());
-    let zooms: Vec<(f64, f64)> = report["zoom_ms"]
+    let zooms: Vec<(f64, f64, f64)> = report["zoom_ms"]
         .as_array()
         .expect("zoom steps")
         .iter()
-        .map(|z| (z[0].as_f64().expect("columns a pixel"), z[1].as_f64().expect("ms")))
+        .map(|z| {
+            let field = |i: usize, what: &str| z[i].as_f64().unwrap_or_else(|| panic!("{what} in {z}"));
+            (field(0, "columns a pixel"), field(1, "ms"), field(3, "columns on screen"))
+        })
         .collect();
     assert!(zooms.len() >= 4, "zoomed in step by step: {zooms:?}");
     for pair in zooms.windows(2) {
         let ratio = pair[0].0 / pair[1].0;
         assert!((ratio - 2.0).abs() < 0.05, "each step halves the columns a pixel: {zooms:?}");
+        // The bench sets each step against its peer over the columns on
+        // screen: they halve with the columns a pixel.
+        let ratio = pair[0].2 / pair[1].2;
+        assert!((ratio - 2.0).abs() < 0.05, "each step halves the columns on screen: {zooms:?}");
     }
-    assert!(zooms.iter().all(|&(_, ms)| ms < 10_000.0), "no step waited for its timeout: {zooms:?}");
+    assert!(zooms.iter().all(|&(_, ms, _)| ms < 10_000.0), "no step waited for its timeout: {zooms:?}");
+    assert!(
+        zooms[0].2 > 0.0 && zooms[0].2 < columns_a as f64,
+        "the first step shows part of A's {columns_a} columns: {zooms:?}"
+    );
     let _ = std::fs::remove_file(&json);
 }
 

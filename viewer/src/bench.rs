@@ -53,8 +53,9 @@ pub struct BenchReport {
     pub pan_ui_cpu_ms: Vec<f64>,
     /// Zoom steps: (columns per pixel after the step, ms from the start of
     /// the step's frame to the sharp picture, ms of that the drawing job
-    /// took). Each step starts from a window at rest (see `Phase::Rest`).
-    pub zoom_ms: Vec<(f64, f64, f64)>,
+    /// took, columns on screen after the step). Each step starts from a
+    /// window at rest (see `Phase::Rest`).
+    pub zoom_ms: Vec<(f64, f64, f64, f64)>,
     /// Columns of the trace.
     pub columns: u64,
 }
@@ -235,7 +236,7 @@ fn step(
             if shown && report.sharp || waited > ZOOM_TIMEOUT {
                 if step > 0 {
                     let per_pixel = width / (report.bitmap[2] - report.bitmap[0]).max(1.0) as f64;
-                    bench.report.zoom_ms.push((per_pixel, ms(waited), report.render_ms));
+                    bench.report.zoom_ms.push((per_pixel, ms(waited), report.render_ms, width));
                 }
                 bench.phase = if width <= crate::view::MIN_COLUMNS * 2.0 || step > 40 {
                     Phase::Done
