@@ -104,7 +104,7 @@ fn main() {
                 each.join(", "),
                 decoded_median / 1e3 / peer_median
             );
-            print_zooms_against_peer(&zooms, peer_median / reads as f64);
+            print_zooms_against_peer(&zooms, peer_median / reads as f64, reads);
         }
 
         // render of the whole trace, from the summary.
@@ -237,13 +237,15 @@ fn zoom_steps(report: &serde_json::Value) -> Vec<ZoomStep> {
 /// as many reads as the step has columns on screen (`peer_per_read`
 /// seconds a read: cachegrind's median over the trace's reads, same run).
 /// A ratio that the machine's speed moves less than the milliseconds: on
-/// this shared host the same step has taken 150 and 210 ms on one day.
-/// Steps drawn from the summary replay nothing, and their ratio is small;
-/// steps drawn by replay walk every column on screen.
-fn print_zooms_against_peer(zooms: &[ZoomStep], peer_per_read: f64) {
+/// this shared host, the median picture of the 100M-read trace at 901
+/// columns a pixel took 116 ms in one run and 214 ms in another the same
+/// hour (`cargo bench --bench decode -- --draw`). Steps drawn from the
+/// summary replay nothing, and their ratio is small; steps drawn by replay
+/// walk every column on screen (at most the trace's `reads`).
+fn print_zooms_against_peer(zooms: &[ZoomStep], peer_per_read: f64, reads: u64) {
     println!("  zoom steps against cachegrind over the reads on screen (step / peer):");
     for z in zooms {
-        let peer_ms = z.columns * peer_per_read * 1e3;
+        let peer_ms = z.columns.min(reads as f64) * peer_per_read * 1e3;
         println!(
             "    {:>14.2} columns/pixel, {:>11.0} columns: {:>6.0} ms, peer {:>7.1} ms, {:.2}",
             z.per_pixel,
