@@ -226,7 +226,11 @@ struct ZoomStep {
 /// The zoom steps of a session's report.
 fn zoom_steps(report: &serde_json::Value) -> Vec<ZoomStep> {
     let steps = report["zoom_ms"].as_array().expect("zooms");
-    let field = |z: &serde_json::Value, i: usize| z[i].as_f64().unwrap_or(0.0);
+    // A missing value is a viewer older than this bench: a 0 would print
+    // a ratio that means nothing.
+    let field = |z: &serde_json::Value, i: usize| {
+        z[i].as_f64().unwrap_or_else(|| panic!("value {i} of zoom step {z}: a viewer older than this bench?"))
+    };
     steps
         .iter()
         .map(|z| ZoomStep { per_pixel: field(z, 0), ms: field(z, 1), drawing_ms: field(z, 2), columns: field(z, 3) })
