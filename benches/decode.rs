@@ -15,7 +15,10 @@
 //! spread over the trace, and prints each one's milliseconds (wall, and
 //! CPU of all threads, steadier on a shared machine): the work a
 //! zoom step waits for in the viewer (below the summary's scale, a replay
-//! summed into one span a pixel). `cargo bench --bench view --
+//! summed into one span a pixel). Where the viewer would have summarized
+//! the view a step out first ([`decoder::range_summary`]), it also prints
+//! the time of that summary and of the picture drawn from it.
+//! `cargo bench --bench view --
 //! --write-only PATH READS` writes the miss-heavy trace the view bench
 //! uses.
 
@@ -65,7 +68,37 @@ fn draw(path: &Path, per_pixel: f64, pictures: usize) {
             t.elapsed().as_secs_f64() * 1e3,
             cpu.as_secs_f64() * 1e3
         );
+        draw_refined(&model, &view);
     }
+}
+
+/// The viewer's other way to the same picture: the view it zoomed in from
+/// (twice as wide, around it) summarized at rest, then the picture drawn
+/// from that summary. Prints both times, if such a summary is wanted.
+fn draw_refined(model: &Model, view: &decoder::raster::BitmapView) {
+    use decoder::range_summary::{RangeSummary, wanted_for};
+    use decoder::raster::{Palette, rasterize_bitmap_refined};
+    let (a, b) = view.columns;
+    let from = (a - (b - a) / 2.0).max(0.0);
+    let before = (from, (from + 2.0 * (b - a)).min(model.columns as f64));
+    let Some(request) = wanted_for(model, before, view.width, None) else { return };
+    let (t, cpu) = (Instant::now(), process_cpu_time());
+    let summary = RangeSummary::build(model, request, &mut |_, _| true).expect("range summary");
+    let (made, made_cpu) = (t.elapsed(), process_cpu_time().saturating_sub(cpu));
+    let (t, cpu) = (Instant::now(), process_cpu_time());
+    let names = |pc: u64| format!("{pc:#x}");
+    rasterize_bitmap_refined(model, Some(&summary), view, &Palette::default(), &names, &mut |_, _| true).expect("draw");
+    let cpu = process_cpu_time().saturating_sub(cpu);
+    println!(
+        "  refined: summary of {} columns in blocks of {}: {:.1} ms, cpu {:.1} ms; picture from it: {:.1} ms, cpu {:.1} ms (fits: {})",
+        request.to - request.from,
+        summary.block_width(),
+        made.as_secs_f64() * 1e3,
+        made_cpu.as_secs_f64() * 1e3,
+        t.elapsed().as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e3,
+        summary.fits(view),
+    );
 }
 
 fn main() {

@@ -44,6 +44,7 @@ pub mod model;
 mod prefetch;
 pub mod pyramid;
 pub mod range;
+pub mod range_summary;
 pub mod raster;
 pub mod reuse;
 pub mod spans;

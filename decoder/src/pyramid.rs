@@ -123,9 +123,17 @@ impl Level {
         &self.cells[self.offsets[i] as usize..self.offsets[i + 1] as usize]
     }
 
-    fn push(&mut self, rows: impl IntoIterator<Item = SummaryCell>) {
+    pub(crate) fn push(&mut self, rows: impl IntoIterator<Item = SummaryCell>) {
         self.cells.extend(rows);
         self.offsets.push(self.cells.len() as u32);
+    }
+
+    /// An empty level with room for `blocks` blocks of `cells` cells in
+    /// all: filled to that, it never grows into twice what it holds.
+    pub(crate) fn with_capacity(shift: u32, blocks: usize, cells: usize) -> Level {
+        let mut offsets = Vec::with_capacity(blocks + 1);
+        offsets.push(0);
+        Level { shift, offsets, cells: Vec::with_capacity(cells) }
     }
 
     /// Cells stored.

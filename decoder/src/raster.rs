@@ -28,7 +28,9 @@
 //!   unchanged cells), replaying the range;
 //! - where the summary has blocks no wider than a pixel: from the
 //!   [`crate::pyramid::BitmapPyramid`], O(W x rows), no replay;
-//! - in between: spans summed over each pixel while replaying the range.
+//! - in between: spans summed over each pixel while replaying the range,
+//!   or, where a viewer made one, from a finer summary of the range in
+//!   view ([`crate::range_summary`]).
 
 use crate::DecodeError;
 use crate::allocations::AllocationIndex;
@@ -37,7 +39,8 @@ use crate::cursor::ColumnCursor;
 use crate::drawing_threads::second_thread_allowed;
 use crate::model::Model;
 use crate::pyramid::SummaryCell;
-use crate::spans::{CellMeans, RowMerger, SpanAccumulator, SpanRow};
+use crate::range_summary::{RangeRequest, RangeSummary, SpanWalk};
+use crate::spans::{CellMeans, RowMerger, SpanRow};
 use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, SortedLines};
 
 /// An RGB colour with components in `[0, 1]`.
@@ -694,6 +697,21 @@ pub fn rasterize_bitmap_with_progress(
     names: FunctionNames<'_>,
     progress: Progress<'_>,
 ) -> Result<Image, DecodeError> {
+    rasterize_bitmap_refined(model, None, view, palette, names, progress)
+}
+
+/// [`rasterize_bitmap_with_progress`], drawing from `refined` a view that
+/// would otherwise be drawn from spans, if it fits
+/// ([`RangeSummary::fits`]): its blocks are no wider than a pixel, as the
+/// decoded summary's are where that is drawn from.
+pub fn rasterize_bitmap_refined(
+    model: &Model,
+    refined: Option<&RangeSummary>,
+    view: &BitmapView,
+    palette: &Palette,
+    names: FunctionNames<'_>,
+    progress: Progress<'_>,
+) -> Result<Image, DecodeError> {
     let cw = view.columns_per_pixel();
     if view.colour_by.is_category() {
         let wide = (view.columns.1 - view.columns.0).max(0.0);
@@ -710,6 +728,9 @@ pub fn rasterize_bitmap_with_progress(
         rasterize_exact(model, view, palette, progress)
     } else if model.pyramid.level_for(cw).is_some() {
         rasterize_from_summary(model, view, palette)
+    } else if let Some(refined) = refined.filter(|r| r.fits(view)) {
+        let RangeRequest { from, to, .. } = refined.request();
+        rasterize_blocks(&refined.blocks(), refined.block_width(), (from, to), view, palette)
     } else {
         rasterize_from_spans(model, view, palette, progress)
     }
@@ -945,20 +966,23 @@ pub fn rasterize_from_summary(model: &Model, view: &BitmapView, palette: &Palett
         return Err(DecodeError::InvalidSetting("no summary level fits this view".into()));
     };
     let blocks: Vec<&[SummaryCell]> = (0..level.blocks()).map(|i| level.block(i)).collect();
-    rasterize_blocks(&blocks, 1 << level.shift, model.columns, view, palette)
+    rasterize_blocks(&blocks, 1 << level.shift, (0, model.columns), view, palette)
 }
 
-/// Draws summary blocks of `block_width` columns each (the last may be
-/// shorter; `columns` in all) for `view`: the summary's levels, or the
-/// blocks decoded so far while a trace is being decoded. In two halves at
-/// once: nearly all the work is per pixel (each pixel's blocks merged, then
-/// every row added and resolved): a 1920x1080 picture of 600-1,200 columns
-/// a pixel took 53-65 ms on one thread, 32-34 ms in halves (medians, 10M-read
-/// benchmark trace, `cargo bench --bench decode -- --draw`).
+/// Draws summary blocks of `block_width` columns each over columns
+/// `columns.0..columns.1` (the first block starts at `columns.0`; the last
+/// may be shorter) for `view`: the summary's levels, the blocks decoded so
+/// far while a trace is being decoded, or a range summary
+/// ([`crate::range_summary`]). Pixels outside the columns stay the
+/// background. In two halves at once: nearly all the work is per pixel
+/// (each pixel's blocks merged, then every row added and resolved): a
+/// 1920x1080 picture of 600-1,200 columns a pixel took 53-65 ms on one
+/// thread, 32-34 ms in halves (medians, 10M-read benchmark trace, `cargo
+/// bench --bench decode -- --draw`).
 pub fn rasterize_blocks(
     blocks: &[&[SummaryCell]],
     block_width: u64,
-    columns: u64,
+    columns: (u64, u64),
     view: &BitmapView,
     palette: &Palette,
 ) -> Result<Image, DecodeError> {
@@ -971,15 +995,16 @@ pub fn rasterize_blocks(
 fn rasterize_blocks_part(
     blocks: &[&[SummaryCell]],
     block_width: u64,
-    columns: u64,
+    columns: (u64, u64),
     view: &BitmapView,
     palette: &Palette,
 ) -> Result<Image, DecodeError> {
     let mut grid = CoverageGrid::new(view, palette)?;
     let cw = grid.cw;
     let width = block_width.max(1) as f64;
-    let columns = columns as f64;
-    let (a, _) = view.columns;
+    // Columns from the first block's start.
+    let (origin, columns) = (columns.0 as f64, columns.1.saturating_sub(columns.0) as f64);
+    let a = view.columns.0 - origin;
     // The blocks under one pixel merge into one row list first, so each
     // pixel row is added once.
     let mut merged = RowMerger::default();
@@ -1104,28 +1129,15 @@ fn rasterize_spans_part(
     // Pixel edges on whole columns.
     let edge = |px: usize| ((a + px as f64 * cw).round().max(0.0) as u64).min(to);
     let start = edge(0);
-    let mut cursor = ColumnCursor::<HashedLines>::new(model, start)?;
-    let index = &model.allocation_index;
-    let mut spans = SpanAccumulator::new(cursor.set_mut(), start, |lo, hi| {
-        index.overlapping(&model.allocations, lo, hi, start).next().is_some()
-    });
+    let mut walk = SpanWalk::new(model, start)?;
     for px in 0..view.width as usize {
-        let end = edge(px + 1);
-        while cursor.column() < end {
-            let column = cursor.column();
-            spans.begin_column(column);
-            let tint = |lo, hi| index.overlapping(&model.allocations, lo, hi, column).next().is_some();
-            if cursor.step(&mut spans.observer(tint))?.is_none() {
-                break;
-            }
-            spans.end_column(cursor.set());
-        }
-        let span = spans.close_span(cursor.set_mut());
+        walk.walk_to(edge(px + 1))?;
+        let span = walk.close_span();
         if span.end > span.start {
             grid.add_rows(&span.rows, (span.end - span.start) as f64, palette);
             grid.finish_column(px, palette);
         }
-        if px % 64 == 0 && !progress(cursor.column().saturating_sub(start), to - start) {
+        if px % 64 == 0 && !progress(walk.column().saturating_sub(start), to - start) {
             return Err(DecodeError::Cancelled);
         }
     }
@@ -1399,8 +1411,8 @@ mod tests {
                 colour_by: ColourBy::BytesRead,
             };
             let palette = Palette::default();
-            let halves = rasterize_blocks(&cells, block_width, columns, &view, &palette).expect("halves");
-            let whole = rasterize_blocks_part(&cells, block_width, columns, &view, &palette).expect("whole");
+            let halves = rasterize_blocks(&cells, block_width, (0, columns), &view, &palette).expect("halves");
+            let whole = rasterize_blocks_part(&cells, block_width, (0, columns), &view, &palette).expect("whole");
             assert_eq!((halves.width, halves.height), (whole.width, whole.height));
             for (i, (h, w)) in halves.rgba.iter().zip(&whole.rgba).enumerate() {
                 let (x, y) = ((i / 4) % width as usize, i / 4 / width as usize);
@@ -1410,5 +1422,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Blocks that start past column 0 (a range summary's) draw the
+    /// picture the same blocks draw among all of them; pixels before the
+    /// first block stay the background.
+    #[test]
+    fn blocks_starting_past_column_zero_draw_where_they_are() {
+        let blocks = random_blocks(400, 29, 5);
+        let all: Vec<&[SummaryCell]> = blocks.iter().map(Vec::as_slice).collect();
+        let (block_width, columns) = (32u64, 400 * 32);
+        let first = 150;
+        let origin = first as u64 * block_width;
+        let palette = Palette::default();
+        let view = |range, width| BitmapView {
+            columns: range,
+            rows: (0.0, 29.0),
+            width,
+            height: 40,
+            alpha: 0.7,
+            colour_by: ColourBy::BytesRead,
+        };
+        for (range, width) in [((4800.0, 12800.0), 200), ((5000.5, 9000.25), 77)] {
+            let v = view(range, width);
+            let from_zero = rasterize_blocks(&all, block_width, (0, columns), &v, &palette).expect("all");
+            let from_origin =
+                rasterize_blocks(&all[first..], block_width, (origin, columns), &v, &palette).expect("part");
+            for (i, (z, o)) in from_zero.rgba.iter().zip(&from_origin.rgba).enumerate() {
+                assert!(z.abs_diff(*o) <= 1, "byte {i} of {range:?} at {width}: {z} from 0, {o} from the origin");
+            }
+        }
+        // Half the view before the first block: the background there.
+        let v = view((origin as f64 - 3200.0, origin as f64 + 3200.0), 100);
+        let part = rasterize_blocks(&all[first..], block_width, (origin, columns), &v, &palette).expect("part");
+        let background = to_rgba8(palette.background);
+        assert_eq!(part.pixel(10, 20), background);
+        assert_ne!(part.pixel(90, 20), background, "the blocks are drawn");
     }
 }

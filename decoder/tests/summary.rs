@@ -4,7 +4,11 @@
 use decoder::cursor::ColumnCursor;
 use decoder::model::{DecodeOptions, Model};
 use decoder::pyramid::SummaryCell;
-use decoder::raster::{BitmapView, ColourBy, Palette, rasterize_exact, rasterize_from_spans, rasterize_from_summary};
+use decoder::range_summary::{RangeRequest, RangeSummary, wanted_for};
+use decoder::raster::{
+    BitmapView, ColourBy, Palette, rasterize_bitmap_refined, rasterize_blocks, rasterize_exact, rasterize_from_spans,
+    rasterize_from_summary,
+};
 use decoder::spans::SpanAccumulator;
 use decoder::working_set::{Departure, HashedLines, SortedLines, WorkingSetConfig};
 use proptest::prelude::*;
@@ -322,5 +326,101 @@ fn zoomed_out_columns_keep_their_colour_when_the_set_turns_over() {
             let mean = total / f64::from(width);
             assert!(mean <= tolerance, "{name} at {width} px: columns off by {mean:.2} on average");
         }
+    }
+}
+
+/// A range summary at level 0's width, from any block edge, holds level
+/// 0's blocks: the same span walk, on the same edges (made in two halves
+/// at once, and on one thread).
+#[test]
+fn a_range_summary_at_level_0s_width_holds_level_0s_blocks() {
+    let path = trace(7, 20_000, 300, 3000);
+    let model = Model::decode(&path, &options(64, 500), &mut |_| {}).expect("decode");
+    let level = &model.pyramid.levels[0];
+    let width = 1u64 << level.shift;
+    for (first, to) in [(3usize, model.columns), (0, 20 * width), (11, 29 * width)] {
+        let request = RangeRequest { from: first as u64 * width, to, shift: level.shift };
+        let two = RangeSummary::build(&model, request, &mut |_, _| true).expect("range summary");
+        let one = decoder::drawing_threads::on_one_thread(|| RangeSummary::build(&model, request, &mut |_, _| true))
+            .expect("range summary");
+        for summary in [&two, &one] {
+            let blocks = summary.blocks();
+            assert_eq!(blocks.len() as u64, (to - request.from).div_ceil(width));
+            for (i, block) in blocks.iter().enumerate() {
+                assert_eq!(*block, level.block(first + i), "block {} of {request:?}", first + i);
+            }
+        }
+    }
+}
+
+/// Which views a viewer at rest summarizes: those whose next zoom step in
+/// is drawn from spans, in blocks at most a quarter of a pixel wide over
+/// the columns in view, once.
+#[test]
+fn range_summaries_are_wanted_where_the_next_step_would_replay() {
+    let path = trace(11, 60_000, 80, 1 << 20);
+    let model = Model::decode(&path, &options(64, 1000), &mut |_| {}).expect("decode");
+    let finest = model.pyramid.finest_block() as f64;
+    assert_eq!(finest, 512.0);
+    // 600 columns a pixel: the next step, 300, is drawn from spans.
+    let view = (1_000.0, 61_000.0f64.min(model.columns as f64));
+    let width = ((view.1 - view.0) / 600.0) as u32;
+    let want = wanted_for(&model, view, width, None).expect("a summary is wanted");
+    assert_eq!(want.shift, 7, "the widest power of two at most 150 columns");
+    assert_eq!(want.from, 1_000 - 1_000 % 128);
+    assert_eq!(want.to, view.1 as u64);
+    let summary = RangeSummary::build(&model, want, &mut |_, _| true).expect("range summary");
+    assert!(wanted_for(&model, view, width, Some(&summary)).is_none(), "made once");
+    let inside = (10_000.0, 40_000.0);
+    assert!(wanted_for(&model, inside, 100, Some(&summary)).is_none(), "300 a pixel: it serves the step to 150");
+    assert!(wanted_for(&model, inside, 200, Some(&summary)).is_some(), "150 a pixel: 75 needs finer blocks");
+    let finer = wanted_for(&model, inside, 600, Some(&summary)).expect("50 a pixel: 25 needs finer blocks");
+    assert_eq!(finer.shift, 3);
+    assert!(wanted_for(&model, (10_000.0, 25_000.0), 100, None).is_none(), "15,000 columns: too few to matter");
+    // Next steps from the decoded summary, or exact: nothing to make.
+    assert!(wanted_for(&model, view, width / 2, None).is_none(), "1,200 a pixel: 600 is summarized");
+    assert!(wanted_for(&model, (0.0, 7_000.0), 1_000, None).is_none(), "7 a pixel: 3.5 is exact");
+}
+
+/// A view drawn where a range summary fits is drawn from its blocks, and
+/// agrees with the exact picture as the decoded summary's pictures do.
+#[test]
+fn views_inside_a_range_summary_are_drawn_from_it() {
+    let path = trace(11, 120_000, 2000, 1 << 20);
+    let model = Model::decode(&path, &options(128, 1000), &mut |_| {}).expect("decode");
+    let request = RangeRequest { from: 16_384, to: 112_000, shift: 6 };
+    let summary = RangeSummary::build(&model, request, &mut |_, _| true).expect("range summary");
+    let p = Palette::default();
+    let names = |pc: u64| format!("{pc:#x}");
+    for width in [58u32, 234] {
+        // 384 and 95 columns a pixel: drawn from spans without the summary.
+        let view =
+            BitmapView { columns: (20_000.0, 42_272.0), rows: (0.0, 128.0), height: 128, ..whole_trace(&model, width) };
+        assert!(summary.fits(&view));
+        let refined =
+            rasterize_bitmap_refined(&model, Some(&summary), &view, &p, &names, &mut |_, _| true).expect("refined");
+        let blocks = rasterize_blocks(&summary.blocks(), 64, (request.from, request.to), &view, &p).expect("blocks");
+        assert_eq!(refined, blocks, "drawn from the summary's blocks at {width} px");
+        let exact = rasterize_exact(&model, &view, &p, &mut |_, _| true).expect("exact");
+        let mut total = 0.0;
+        for x in 0..width {
+            let (a, b) = (column_mean(&exact, x), column_mean(&refined, x));
+            let worst = (0..3).map(|k| (a[k] - b[k]).abs()).fold(0.0, f64::max);
+            assert!(worst <= 4.0, "at {width} px: column {x} off by {worst:.2}");
+            total += worst;
+        }
+        let mean = total / f64::from(width);
+        assert!(mean <= 2.0, "at {width} px: columns off by {mean:.2} on average");
+    }
+    // Outside its columns, or at blocks wider than a pixel: from spans.
+    for view in [
+        BitmapView { columns: (10_000.0, 30_000.0), rows: (0.0, 128.0), height: 128, ..whole_trace(&model, 100) },
+        BitmapView { columns: (20_000.0, 25_000.0), rows: (0.0, 128.0), height: 128, ..whole_trace(&model, 100) },
+    ] {
+        assert!(!summary.fits(&view));
+        let refined =
+            rasterize_bitmap_refined(&model, Some(&summary), &view, &p, &names, &mut |_, _| true).expect("refined");
+        let spans = rasterize_from_spans(&model, &view, &p, &mut |_, _| true).expect("spans");
+        assert_eq!(refined, spans);
     }
 }

@@ -75,8 +75,11 @@ enum Phase {
         from: (f64, f64),
     },
     /// A zoom step's picture is sharp: the next step waits for the rest of
-    /// the work on this view (the row labels) to end, and then [`REST`],
-    /// as a person looks at the picture before turning the wheel again.
+    /// the work on this view (the row labels, and the summary of its
+    /// columns for the steps in, `decoder::range_summary`) to end, and
+    /// then [`REST`], as a person looks at the picture before turning the
+    /// wheel again. (A step sent sooner stops the summary and is drawn
+    /// from spans: `cargo bench --bench decode -- --draw` times both.)
     /// Steps sent at once measured something else: the step's picture was
     /// drawn while lavapipe still drew the last frame, on the same two
     /// cores, and while the labels' job ended, whose wake-up and the

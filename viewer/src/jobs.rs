@@ -347,6 +347,22 @@ impl<K: PartialEq + Clone + Send + 'static, T: Send + 'static> Job<K, T> {
         self.running.is_some() || self.pending.is_some()
     }
 
+    /// Stops the work running and queued, keeping the last result: for
+    /// work done ahead, which the cores are wanted for something else.
+    pub fn stop(&mut self) {
+        if let Some(r) = &self.running {
+            r.cancel.set();
+        }
+        self.pending = None;
+    }
+
+    /// Forgets the last result, leaving work running and queued as it is:
+    /// for a large result that newer work replaces, so that the two are
+    /// not held at once.
+    pub fn forget_result(&mut self) {
+        self.done = None;
+    }
+
     /// Forgets results and stops work (a new trace was loaded).
     pub fn clear(&mut self) {
         if let Some(r) = self.running.take() {
@@ -430,6 +446,39 @@ mod tests {
         // taken before the wake-up is counted.
         assert!(wakes::until(|| wakes::since(before) >= 2), "both wake the window");
         assert_eq!(wakes::since(before), 2, "the cancelled work and the finished one");
+    }
+
+    /// Stopped work ends without a result, the work queued behind it is
+    /// dropped, and the last result stays; its key can be asked for again.
+    /// A forgotten result leaves the work running.
+    #[test]
+    fn stopped_work_keeps_the_last_result() {
+        AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
+        let (_, _turn) = wakes::count();
+        let mut job: Job<u32, u32> = Job::default();
+        job.want(1, |_| Some(10));
+        assert!(wakes::until(|| job.poll()), "the first work ends");
+        job.want(2, |cancel| {
+            while !cancel.is_set() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            None
+        });
+        job.want(3, |_| Some(30));
+        job.stop();
+        assert!(
+            wakes::until(|| {
+                job.poll();
+                !job.busy()
+            }),
+            "stopped, and nothing queued runs"
+        );
+        assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((1, 10)), "the last result stays");
+        job.want(2, |_| Some(20));
+        job.forget_result();
+        assert!(job.latest().is_none() && job.busy(), "forgotten, with the work going on");
+        assert!(wakes::until(|| job.poll()), "asked for again, it runs");
+        assert_eq!(job.latest().map(|(k, v)| (*k, *v)), Some((2, 20)));
     }
 
     /// Work started while the job is told not to wake the window ends

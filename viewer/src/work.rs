@@ -16,8 +16,10 @@ use decoder::inspect::{Inspection, Inspector, RowBand};
 use decoder::model::Model;
 use decoder::pyramid::PreviewState;
 use decoder::range::RangeStats;
+use decoder::range_summary::{RangeRequest, RangeSummary};
 use decoder::raster::{
-    BitmapView, ColourBy, FlameBar, Image, MIN_BAR_PIXELS, Palette, flame_bars, rasterize_bitmap_with_progress,
+    BitmapView, ColourBy, FlameBar, Image, MIN_BAR_PIXELS, Palette, flame_bars, rasterize_bitmap_refined,
+    rasterize_bitmap_with_progress,
 };
 use decoder::symbols::Symbolizer;
 use decoder::tables::{Grouping, access_table};
@@ -49,6 +51,18 @@ impl RenderKey {
     pub fn of_view(generation: u32, view: &Viewport, pixels: (u32, u32), alpha: f64, colour_by: ColourBy) -> RenderKey {
         let picture = view.picture(pixels);
         RenderKey { generation, columns: picture.columns, rows: picture.rows, size: picture.size, alpha, colour_by }
+    }
+
+    /// The bitmap's part of the picture, as the decoder draws it.
+    pub fn bitmap_view(&self) -> BitmapView {
+        BitmapView {
+            columns: self.columns,
+            rows: self.rows,
+            width: self.size.0,
+            height: self.size.1,
+            alpha: self.alpha,
+            colour_by: self.colour_by,
+        }
     }
 }
 
@@ -163,6 +177,9 @@ pub struct Work {
     pub stats: Job<(u32, Option<(u64, u64)>), StatsResult>,
     /// A source file: (generation, file, line).
     pub source: Job<(u32, String, u32), SourceText>,
+    /// The finer summary of the columns in view, made once the view's
+    /// picture is in, for the zoom steps into it: (generation, range).
+    pub refine: Job<(u32, RangeRequest), Arc<RangeSummary>>,
     /// Function names by entry address.
     pub names: Names,
 }
@@ -179,6 +196,7 @@ impl Default for Work {
             touching: Job::default(),
             stats: Job::default(),
             source: Job::default(),
+            refine: Job::default(),
             names: Names::default(),
         }
     }
@@ -194,6 +212,7 @@ impl Work {
         self.touching.clear();
         self.stats.clear();
         self.source.clear();
+        self.refine.clear();
         self.names = Names::default();
     }
 
@@ -208,6 +227,7 @@ impl Work {
             || self.touching.busy()
             || self.stats.busy()
             || self.source.busy()
+            || self.refine.busy()
             || self.names.job.busy()
             || !self.names.wanted.is_empty()
     }
@@ -222,6 +242,7 @@ impl Work {
         self.touching.poll();
         self.stats.poll();
         self.source.poll();
+        self.refine.poll();
         self.names.poll();
     }
 }
@@ -236,14 +257,55 @@ fn to_egui(image: &Image) -> Arc<egui::ColorImage> {
 }
 
 /// Starts the picture of `key`, on as many threads as `threads` allows.
+/// Once it is in, starts the finer summary of its columns for the zoom
+/// steps into it ([`decoder::range_summary`]); a new picture stops that
+/// first, for the cores.
 pub fn want_render(work: &mut Work, loaded: &Loaded, key: RenderKey, threads: PictureThreads) {
+    if work.render.result_for(&key).is_some() {
+        want_refine(work, loaded, &key);
+        return;
+    }
+    work.refine.stop();
+    let refined = work.refine.latest().filter(|((g, _), _)| *g == loaded.generation).map(|(_, s)| s.clone());
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
     let k = key.clone();
-    work.render.want_fallible(key, move |cancel| threads.draw(|| render(&model, &symbols, &k, &cancel)));
+    work.render
+        .want_fallible(key, move |cancel| threads.draw(|| render(&model, &symbols, refined.as_deref(), &k, &cancel)));
 }
 
-/// The picture of `key`; `None` when cancelled.
-fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel) -> Option<Result<Rendered, String>> {
+/// Starts the range summary the view of `key` wants, if any.
+fn want_refine(work: &mut Work, loaded: &Loaded, key: &RenderKey) {
+    // Colouring by category draws every column exactly, whatever the zoom.
+    if key.colour_by.is_category() {
+        return;
+    }
+    let existing = work.refine.latest().filter(|((g, _), _)| *g == loaded.generation).map(|(_, s)| s.as_ref());
+    let Some(request) = decoder::range_summary::wanted_for(&loaded.model, key.columns, key.size.0, existing) else {
+        return;
+    };
+    // The summary it replaces goes first: one summary at a time (up to
+    // `MAX_RANGE_CELLS`) keeps the viewer of the 100M-read benchmark trace
+    // under 1 GiB.
+    work.refine.forget_result();
+    let model = loaded.model.clone();
+    work.refine.want_fallible((loaded.generation, request), move |cancel| {
+        match RangeSummary::build(&model, request, &mut |_, _| !cancel.is_set()) {
+            Ok(summary) => Some(Ok(Arc::new(summary))),
+            Err(DecodeError::Cancelled) => None,
+            Err(e) => Some(Err(e.to_string())),
+        }
+    });
+}
+
+/// The picture of `key` (drawn from `refined` where it fits); `None` when
+/// cancelled.
+fn render(
+    model: &Model,
+    symbols: &Symbolizer,
+    refined: Option<&RangeSummary>,
+    key: &RenderKey,
+    cancel: &Cancel,
+) -> Option<Result<Rendered, String>> {
     let stopwatch = crate::jobs::Stopwatch::start();
     let (a, b) = key.columns;
     let per_pixel = (b - a) / f64::from(key.size.0.max(1));
@@ -257,16 +319,9 @@ fn render(model: &Model, symbols: &Symbolizer, key: &RenderKey, cancel: &Cancel)
         Err(e) => return outcome(e),
     };
     let bars = flame_bars(&frames, key.columns, key.size.0);
-    let view = BitmapView {
-        columns: key.columns,
-        rows: key.rows,
-        width: key.size.0,
-        height: key.size.1,
-        alpha: key.alpha,
-        colour_by: key.colour_by,
-    };
+    let view = key.bitmap_view();
     let names = |pc: u64| symbols.locate(pc).function.clone();
-    match rasterize_bitmap_with_progress(model, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
+    match rasterize_bitmap_refined(model, refined, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
         Ok(image) => {
             let (took, cpu) = (stopwatch.wall(), stopwatch.cpu());
             let flame_height = decoder::calltree::height(&frames);
@@ -295,7 +350,8 @@ pub fn want_preview(work: &mut Work, state: PreviewState, size: (u32, u32), colo
         };
         let blocks: Vec<&[decoder::pyramid::SummaryCell]> = state.blocks.iter().map(|b| &b[..]).collect();
         let image =
-            decoder::raster::rasterize_blocks(&blocks, state.block_width, done, &view, &Palette::default()).ok()?;
+            decoder::raster::rasterize_blocks(&blocks, state.block_width, (0, done), &view, &Palette::default())
+                .ok()?;
         Some(PreviewPicture { image: to_egui(&image), columns: (done, estimate) })
     });
 }
@@ -595,6 +651,62 @@ mod tests {
             "fails"
         );
         assert_eq!(touching_to_draw(&work, line), None, "no columns of the older range");
+    }
+
+    /// Once a view's picture is in, the columns in view are summarized for
+    /// the zoom steps into them, and the next step's picture is drawn from
+    /// that summary.
+    #[test]
+    fn a_view_at_rest_is_summarized_for_the_steps_into_it() {
+        // Its work may end unawaited and wake the window: a turn of the
+        // tests that count wake-ups.
+        let (_, _turn) = crate::jobs::wakes::count();
+        let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/matmul_naive_O0.lntrace");
+        let model = Model::decode(&trace, &decoder::model::DecodeOptions::default(), &mut |_| {}).expect("decode");
+        let symbols = Arc::new(Symbolizer::new(&model.modules));
+        bevy::tasks::AsyncComputeTaskPool::get_or_init(bevy::tasks::TaskPool::new);
+        let loaded = Loaded::new(model, symbols, 1, Duration::ZERO);
+        let mut work = Work::default();
+        let model = loaded.model.clone();
+        let columns = model.columns as f64;
+        let rows = (0.0, f64::from(model.metrics.max_rows));
+        let key = |columns: (f64, f64), width: u32| RenderKey {
+            generation: 1,
+            columns,
+            rows,
+            size: (width, 120),
+            alpha: 1.0,
+            colour_by: ColourBy::BytesRead,
+        };
+        // 100 columns a pixel: the step in, to 50, is drawn from spans.
+        let whole = key((0.0, columns), (columns / 100.0) as u32);
+        want_render(&mut work, &loaded, whole.clone(), PictureThreads::Two);
+        assert!(work.render.wait_for(&whole, Duration::from_secs(60)), "the view's picture");
+        assert!(!work.refine.busy() && work.refine.latest().is_none(), "no summary before the picture is in");
+        want_render(&mut work, &loaded, whole.clone(), PictureThreads::Two);
+        let request = decoder::range_summary::wanted_for(&model, whole.columns, whole.size.0, None).expect("wanted");
+        assert!(work.refine.wait_for(&(1, request), Duration::from_secs(60)), "the summary of the view");
+        let summary = work.refine.latest().map(|(_, s)| s.clone()).expect("summary");
+        assert!(summary.covers(0, model.columns) && summary.block_width() <= 25);
+        // The step in, at 50 columns a pixel.
+        let step = key((columns * 0.3, columns * 0.8), whole.size.0);
+        let view = |k: &RenderKey| k.bitmap_view();
+        let palette = Palette::default();
+        let from_blocks = decoder::raster::rasterize_blocks(
+            &summary.blocks(),
+            summary.block_width(),
+            (summary.request().from, summary.request().to),
+            &view(&step),
+            &palette,
+        )
+        .expect("blocks");
+        let from_spans =
+            decoder::raster::rasterize_from_spans(&model, &view(&step), &palette, &mut |_, _| true).expect("spans");
+        assert_ne!(from_blocks, from_spans, "the two ways differ somewhere on this trace");
+        want_render(&mut work, &loaded, step.clone(), PictureThreads::Two);
+        assert!(work.render.wait_for(&step, Duration::from_secs(60)), "the step's picture");
+        let drawn = work.render.result_for(&step).expect("picture").image.clone();
+        assert_eq!(*drawn, *to_egui(&from_blocks), "the step is drawn from the summary");
     }
 
     /// A source file modified after the recording started says so; one
