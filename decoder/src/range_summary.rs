@@ -66,9 +66,12 @@ pub struct RangeRequest {
 /// Blocks of `2^shift` columns over one column range of a decoded trace.
 #[derive(Clone, Debug)]
 pub struct RangeSummary {
-    /// The blocks, in the parts they were made in (left to right): joined,
-    /// the two halves were held twice for a moment, and the viewer's peak
-    /// memory on the 100M-read benchmark trace rose by 100 MB, not 40.
+    /// The blocks, in the parts they were made in (left to right), each
+    /// part made in the room it needs at most. Grown by doubling and then
+    /// joined, a summary took up to three times its size for a moment: the
+    /// viewer's peak memory on the 100M-read benchmark trace was 927 MiB
+    /// then, 873 MiB now, 829 MiB without range summaries (`cargo bench
+    /// --bench view`).
     parts: Vec<Level>,
     request: RangeRequest,
 }
@@ -114,7 +117,7 @@ impl RangeSummary {
     pub fn build(model: &Model, request: RangeRequest, progress: Progress<'_>) -> Result<RangeSummary, DecodeError> {
         let RangeRequest { from, to, shift } = request;
         let to = to.min(model.columns);
-        if from >= to || !from.is_multiple_of(1 << shift) {
+        if from >= to || shift >= 48 || !from.is_multiple_of(1 << shift) {
             return Err(DecodeError::InvalidSetting(format!(
                 "no range summary of columns {from}..{to} in blocks of {}",
                 1u64 << shift

@@ -380,6 +380,15 @@ fn range_summaries_are_wanted_where_the_next_step_would_replay() {
     // Next steps from the decoded summary, or exact: nothing to make.
     assert!(wanted_for(&model, view, width / 2, None).is_none(), "1,200 a pixel: 600 is summarized");
     assert!(wanted_for(&model, (0.0, 7_000.0), 1_000, None).is_none(), "7 a pixel: 3.5 is exact");
+    // Requests no view makes are refused, not drawn wrong.
+    for bad in [
+        RangeRequest { from: 100, to: 9_000, shift: 7 },
+        RangeRequest { from: 0, to: 9_000, shift: 64 },
+        RangeRequest { from: 70_000, to: 90_000, shift: 3 },
+    ] {
+        let refused = RangeSummary::build(&model, bad, &mut |_, _| true);
+        assert!(matches!(refused, Err(decoder::DecodeError::InvalidSetting(_))), "{bad:?}");
+    }
 }
 
 /// A view drawn where a range summary fits is drawn from its blocks, and
