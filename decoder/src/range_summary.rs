@@ -119,8 +119,7 @@ impl RangeSummary {
         let to = to.min(model.columns);
         if from >= to || shift >= 48 || !from.is_multiple_of(1 << shift) {
             return Err(DecodeError::InvalidSetting(format!(
-                "no range summary of columns {from}..{to} in blocks of {}",
-                1u64 << shift
+                "no range summary of columns {from}..{to} in blocks of 2^{shift} columns"
             )));
         }
         let blocks = (to - from).div_ceil(1 << shift);
