@@ -15,6 +15,10 @@
 //! ```
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::DecodeError;
+use crate::raster::Progress;
 
 thread_local! {
     /// Set while the calling thread draws on its own.
@@ -38,6 +42,30 @@ pub fn on_one_thread<T>(draw: impl FnOnce() -> T) -> T {
 /// Whether a picture drawn now may take a second thread.
 pub fn second_thread_allowed() -> bool {
     !ONE_THREAD.with(Cell::get)
+}
+
+/// Runs `left` on the calling thread and `right` on a second one, at
+/// once, and returns both results: the one way a picture or a summary is
+/// made in two parts. `left` reports the progress of both (its work done,
+/// out of twice its work), and when `progress` says stop, `right` stops
+/// too. A part that panicked counts as cancelled.
+pub(crate) fn in_two_parts<L, R: Send>(
+    progress: Progress<'_>,
+    left: impl FnOnce(Progress<'_>) -> Result<L, DecodeError>,
+    right: impl FnOnce(Progress<'_>) -> Result<R, DecodeError> + Send,
+) -> (Result<L, DecodeError>, Result<R, DecodeError>) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| right(&mut |_, _| !stop.load(Ordering::Relaxed)));
+        let mine = left(&mut |done, all| {
+            let go = progress(done, all * 2);
+            if !go {
+                stop.store(true, Ordering::Relaxed);
+            }
+            go
+        });
+        (mine, other.join().unwrap_or(Err(DecodeError::Cancelled)))
+    })
 }
 
 #[cfg(test)]

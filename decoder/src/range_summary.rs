@@ -33,7 +33,7 @@
 
 use crate::DecodeError;
 use crate::cursor::ColumnCursor;
-use crate::drawing_threads::second_thread_allowed;
+use crate::drawing_threads::{in_two_parts, second_thread_allowed};
 use crate::model::Model;
 use crate::pyramid::{Level, SummaryCell};
 use crate::raster::{BitmapView, EXACT_COLUMNS_PER_PIXEL, Progress};
@@ -42,9 +42,9 @@ use crate::working_set::HashedLines;
 
 /// Most cells (blocks x rows) a range summary holds: 48 MiB. A view of
 /// 1,920 pixels just under 2,048 columns a pixel, in blocks of 256
-/// columns, of 512 rows, is 7.9M cells. (A viewer keeps the last summary
-/// while it makes the next: the 100M-read benchmark trace's viewer peaked
-/// at 849 MiB without them.)
+/// columns, of 512 rows, is 7.9M cells. (The 100M-read benchmark trace's
+/// viewer peaked at 829 MiB without range summaries, 873 MiB with them,
+/// one at a time.)
 pub const MAX_RANGE_CELLS: u64 = 1 << 23;
 
 /// Ranges narrower than this are not summarized: their spans replay in a
@@ -127,22 +127,11 @@ impl RangeSummary {
             vec![summarize_part(model, from, to, shift, progress)?]
         } else {
             let split = from + ((blocks / 2) << shift);
-            let stop = std::sync::atomic::AtomicBool::new(false);
-            let (left, right) = std::thread::scope(|s| {
-                let other = s.spawn(|| {
-                    summarize_part(model, split, to, shift, &mut |_, _| {
-                        !stop.load(std::sync::atomic::Ordering::Relaxed)
-                    })
-                });
-                let mine = summarize_part(model, from, split, shift, &mut |done, all| {
-                    let go = progress(done, all * 2);
-                    if !go {
-                        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    go
-                });
-                (mine, other.join().unwrap_or(Err(DecodeError::Cancelled)))
-            });
+            let (left, right) = in_two_parts(
+                progress,
+                |p| summarize_part(model, from, split, shift, p),
+                |p| summarize_part(model, split, to, shift, p),
+            );
             vec![left?, right?]
         };
         Ok(RangeSummary { parts, request: RangeRequest { from, to, shift } })
@@ -176,11 +165,6 @@ impl RangeSummary {
     /// [`RangeRequest::from`].
     pub fn blocks(&self) -> Vec<&[SummaryCell]> {
         self.parts.iter().flat_map(|part| (0..part.blocks()).map(|i| part.block(i))).collect()
-    }
-
-    /// Cells stored.
-    pub fn cells(&self) -> usize {
-        self.parts.iter().map(Level::cells).sum()
     }
 }
 

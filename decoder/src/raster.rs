@@ -36,7 +36,7 @@ use crate::DecodeError;
 use crate::allocations::AllocationIndex;
 use crate::calltree::Frame;
 use crate::cursor::ColumnCursor;
-use crate::drawing_threads::second_thread_allowed;
+use crate::drawing_threads::{in_two_parts, second_thread_allowed};
 use crate::model::Model;
 use crate::pyramid::SummaryCell;
 use crate::range_summary::{RangeRequest, RangeSummary, SpanWalk};
@@ -1096,18 +1096,7 @@ fn in_two_halves(
     let split = a + f64::from(k) * view.columns_per_pixel();
     let left = BitmapView { columns: (a, split), width: k, ..*view };
     let right = BitmapView { columns: (split, b), width: view.width - k, ..*view };
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (l, r) = std::thread::scope(|s| {
-        let other = s.spawn(|| part(&right, &mut |_, _| !stop.load(std::sync::atomic::Ordering::Relaxed)));
-        let mine = part(&left, &mut |done, all| {
-            let go = progress(done, all * 2);
-            if !go {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            go
-        });
-        (mine, other.join().unwrap_or(Err(DecodeError::Cancelled)))
-    });
+    let (l, r) = in_two_parts(progress, |p| part(&left, p), |p| part(&right, p));
     let (l, r) = (l?, r?);
     let mut image = Image::new(view.width, view.height, palette.background);
     image.copy_from(&l, 0, 0);
