@@ -11,28 +11,37 @@
 //! double in width (as the working-set snapshots do). When level 0 is that
 //! large, the level of twice its width is left out
 //! ([`SKIP_SECOND_LEVEL_CELLS`]), so the summary of any trace stays within
-//! about 600 MB (400 MB of level 0, half as much in the coarser levels;
-//! 450 MB for 100M reads of 512 rows).
+//! about 300 MB (200 MB of level 0, half as much in the coarser levels;
+//! 225 MB for 100M reads of 512 rows).
 
 use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 
 /// Most cells (blocks x rows) level 0 keeps before its blocks double.
-/// 2^26: a 100M-read trace of 512 rows keeps blocks of 1,024 columns, so
-/// a view of 1,024 columns per pixel or more is drawn from the summary.
-/// At 2^25 (blocks of 2,048), the zoom step at 1,802 replayed 3.1M
-/// columns, 177-275 ms in the viewer; at 2^24 (4,096), the step at 3,604
-/// replayed 6M columns, 340-380 ms. The viewer's peak memory on that
-/// trace stays under 1 GiB because the level above level 0 is left out
-/// ([`SKIP_SECOND_LEVEL_CELLS`]) and the decoding preview does not copy
-/// level 0.
-pub const MAX_LEVEL0_CELLS: usize = 1 << 26;
+/// 2^25: a 100M-read trace of 512 rows keeps blocks of 2,048 columns.
+///
+/// Every block is a span closed on the decoding pass's working-set thread,
+/// its busiest. On the 100M-read view-bench trace, at 2^26 (blocks of
+/// 1,024), that thread took 6.9-8.3 s of CPU, against 5.3-6.4 s at 2^25
+/// (3 alternating rounds). The whole decode took 9.3-10.4 s against
+/// 7.7-8.8 s (4 more alternating rounds, faster in each), with a peak RSS
+/// of 576 MB against 356 MB.
+///
+/// The cost is a coarser summary. A view of fewer columns a pixel than
+/// level 0's blocks replays its range. The zoom step at 1,802 columns a
+/// pixel replays 3.46M columns, 193-223 ms (`cargo bench --bench decode --
+/// --draw`). That holds unless the viewer summarized the range at rest
+/// first ([`crate::range_summary`]): then it draws in 32-38 ms, after a
+/// summary of 0.45-0.51 s made while the view rests. At 2^26 the step
+/// replaying the most columns was the one at 901 columns a pixel, 97-151
+/// ms.
+pub const MAX_LEVEL0_CELLS: usize = 1 << 25;
 /// Level-0 cells above which the level of twice level 0's width is left
 /// out (the next is four times as wide): its blocks are made, for level 2,
 /// and not kept. Level 0 is then most of the summary's memory, and the
 /// level above it half as much again; without it, a view of 2 to 4 blocks
 /// a pixel merges that many level-0 blocks a pixel, which costs less than
 /// the replay a missing finer level would.
-pub const SKIP_SECOND_LEVEL_CELLS: usize = 1 << 25;
+pub const SKIP_SECOND_LEVEL_CELLS: usize = 1 << 24;
 /// Width of level-0 blocks to start with: `2^9` columns. They double for
 /// long traces: when level 0 would pass [`MAX_LEVEL0_CELLS`], and early,
 /// when decoding expects the trace to ([`PyramidBuilder::expect`]), so a
@@ -826,6 +835,21 @@ mod tests {
         let w = (1u64 << FIRST_SHIFT) as f64;
         assert_eq!(skipping.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT));
         assert_eq!(pairs.level_for(w * 3.0).map(|l| l.shift), Some(FIRST_SHIFT + 1));
+    }
+
+    /// The widths [`MAX_LEVEL0_CELLS`]' docs promise: a 100M-read trace of
+    /// 512 rows gets blocks of 2,048 columns and no level of 4,096; a
+    /// 10M-read one keeps the first width and every level.
+    #[test]
+    fn the_default_limits_give_the_documented_block_widths() {
+        let mut long = PyramidBuilder::default();
+        long.expect(100_000_000, 512);
+        assert_eq!(1u64 << long.wanted_shift, 2_048);
+        assert!(long.expects_large_level0(), "level 1 is left out");
+        let mut short = PyramidBuilder::default();
+        short.expect(10_000_000, 512);
+        assert_eq!(short.wanted_shift, FIRST_SHIFT);
+        assert!(!short.expects_large_level0());
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! A finer summary of one column range, made after decoding, on demand.
 //!
 //! The summary made while decoding ([`crate::pyramid`]) stops at level 0's
-//! blocks: 1,024 columns on a 100M-read trace, whose summary would pass
-//! 1 GiB with finer ones. A view of fewer columns a pixel is drawn by
-//! replaying its range and closing a span per pixel ([`crate::raster`]), and
-//! the widest such view, just under level 0's width, was the slowest
-//! picture a zoom step asked for (1.56M columns replayed at 901 columns a
-//! pixel). A viewer at rest knows where the next zoom step lands: inside
-//! the range it shows. It replays that range once, into blocks at most a
-//! quarter of its pixel wide ([`wanted_for`]); a zoom step in, at any
-//! point, then draws from blocks no wider than a pixel (the rule the
-//! decoded summary is drawn by), and so does the step after it.
+//! blocks: 2,048 columns on a 100M-read trace. Finer ones would double the
+//! memory and the decoding thread's work
+//! ([`crate::pyramid::MAX_LEVEL0_CELLS`]). A view of fewer columns a pixel
+//! is drawn by replaying its range and closing a span per pixel
+//! ([`crate::raster`]). The widest such view, just under level 0's width,
+//! is the slowest picture a zoom step asks for (3.46M columns replayed at
+//! 1,802 columns a pixel).
+//!
+//! A viewer at rest knows where the next zoom step lands: inside the range
+//! it shows. It replays that range once, into blocks at most a quarter of
+//! its pixel wide ([`wanted_for`]); a zoom step in, at any point, then
+//! draws from blocks no wider than a pixel (the rule the decoded summary
+//! is drawn by), and so does the step after it.
 //!
 //! The blocks are made by the one span walk ([`SpanWalk`]) the span
 //! drawing uses, on block edges that are multiples of the block width, so
