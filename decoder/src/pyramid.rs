@@ -24,14 +24,14 @@ use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 /// 1,024), that thread took 6.9-8.3 s of CPU, against 5.3-6.4 s at 2^25
 /// (3 alternating rounds). The whole decode took 9.3-10.4 s against
 /// 7.7-8.8 s (4 more alternating rounds, faster in each), with a peak RSS
-/// of 576 MB against 356 MB.
+/// of 562-564 MiB against 347-350 MiB.
 ///
 /// The cost is a coarser summary. A view of fewer columns a pixel than
 /// level 0's blocks replays its range. The zoom step at 1,802 columns a
 /// pixel replays 3.46M columns, 193-223 ms (`cargo bench --bench decode --
 /// --draw`). That holds unless the viewer summarized the range at rest
 /// first ([`crate::range_summary`]): then it draws in 32-38 ms, after a
-/// summary of 0.45-0.51 s made while the view rests. At 2^26 the step
+/// summary of 0.44-0.51 s made while the view rests. At 2^26 the step
 /// replaying the most columns was the one at 901 columns a pixel, 97-151
 /// ms.
 pub const MAX_LEVEL0_CELLS: usize = 1 << 25;
