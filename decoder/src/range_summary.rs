@@ -43,11 +43,13 @@ use crate::raster::{BitmapView, EXACT_COLUMNS_PER_PIXEL, Progress};
 use crate::spans::{Span, SpanAccumulator};
 use crate::working_set::HashedLines;
 
-/// Most cells (blocks x rows) a range summary holds: 48 MiB. A view of
-/// 1,920 pixels just under 2,048 columns a pixel, in blocks of 256
-/// columns, of 512 rows, is 7.9M cells. (The 100M-read benchmark trace's
-/// viewer peaked at 829 MiB without range summaries, 873 MiB with them,
-/// one at a time.)
+/// Most cells (blocks x rows) a range summary holds: 48 MiB. The widest
+/// view summarized is just under twice level 0's block width a pixel (its
+/// step in would replay), in blocks of a quarter of level 0's width: eight
+/// blocks a pixel, so 1,920 pixels of 512 rows make 7.9M cells, whatever
+/// that width. (With level 0 at 1,024 columns, the 100M-read benchmark
+/// trace's viewer peaked at 829 MiB without range summaries and 873 MiB
+/// with them, one at a time.)
 pub const MAX_RANGE_CELLS: u64 = 1 << 23;
 
 /// Ranges narrower than this are not summarized: their spans replay in a
@@ -73,8 +75,8 @@ pub struct RangeSummary {
     /// part made in the room it needs at most. Grown by doubling and then
     /// joined, a summary took up to three times its size for a moment: the
     /// viewer's peak memory on the 100M-read benchmark trace was 927 MiB
-    /// then, 873 MiB now, 829 MiB without range summaries (`cargo bench
-    /// --bench view`).
+    /// that way, 873 MiB in parts, 829 MiB without range summaries (`cargo
+    /// bench --bench view`, level 0 at 1,024 columns then).
     parts: Vec<Level>,
     request: RangeRequest,
 }
@@ -102,7 +104,7 @@ pub fn wanted_for(
     if next_step <= EXACT_COLUMNS_PER_PIXEL || model.pyramid.level_for(next_step).is_some() {
         return None;
     }
-    if existing.is_some_and(|s| s.covers(from, to) && s.block_width() as f64 <= next_step) {
+    if existing.is_some_and(|s| s.serves((from as f64, to as f64), next_step)) {
         return None;
     }
     let shift = (next_step / 2.0).max(1.0).log2().floor() as u32;
@@ -150,18 +152,19 @@ impl RangeSummary {
         1 << self.request.shift
     }
 
-    /// Whether its blocks cover columns `[from, to)`.
-    pub fn covers(&self, from: u64, to: u64) -> bool {
-        self.request.from <= from && to <= self.request.to
+    /// Whether `columns` can be drawn from it at `per_pixel` columns a
+    /// pixel: they are inside its range, and its blocks are no wider than
+    /// a pixel. The one rule for drawing from a summary
+    /// ([`RangeSummary::fits`]) and for not making another ([`wanted_for`]).
+    pub fn serves(&self, columns: (f64, f64), per_pixel: f64) -> bool {
+        columns.0 >= self.request.from as f64
+            && columns.1 <= self.request.to as f64
+            && self.block_width() as f64 <= per_pixel
     }
 
-    /// Whether `view` can be drawn from it: the view's columns are inside
-    /// its range, and its blocks are no wider than the view's pixels.
+    /// Whether `view` can be drawn from it ([`RangeSummary::serves`]).
     pub fn fits(&self, view: &BitmapView) -> bool {
-        let (a, b) = view.columns;
-        a >= self.request.from as f64
-            && b <= self.request.to as f64
-            && self.block_width() as f64 <= view.columns_per_pixel()
+        self.serves(view.columns, view.columns_per_pixel())
     }
 
     /// The rows of each block, the first block starting at

@@ -687,7 +687,7 @@ mod tests {
         let request = decoder::range_summary::wanted_for(&model, whole.columns, whole.size.0, None).expect("wanted");
         assert!(work.refine.wait_for(&(1, request), Duration::from_secs(60)), "the summary of the view");
         let summary = work.refine.latest().map(|(_, s)| s.clone()).expect("summary");
-        assert!(summary.covers(0, model.columns) && summary.block_width() <= 25);
+        assert!(summary.serves((0.0, columns), 25.0), "the whole view, in blocks of at most a quarter of the step");
         // The step in, at 50 columns a pixel.
         let step = key((columns * 0.3, columns * 0.8), whole.size.0);
         let view = |k: &RenderKey| k.bitmap_view();
