@@ -61,11 +61,23 @@ impl ReuseHistogram {
         if hi - lo <= 1 { lo.to_string() } else { format!("{lo}-{}", hi - 1) }
     }
 
+    #[inline]
     fn add(&mut self, distance: u64) {
         let k = Self::bucket_of(distance);
-        if self.buckets.len() <= k {
-            self.buckets.resize(k + 1, 0);
+        match self.buckets.get_mut(k) {
+            Some(count) => *count += 1,
+            None => self.add_bucket(k),
         }
+    }
+
+    /// Counts the first distance of bucket `k`, past the last bucket so
+    /// far. Out of line: it is rare, and inline it kept `add` a call
+    /// (the tracker alone, on the miss-heavy benchmark trace's accesses, 3
+    /// alternating rounds: 2.35-2.48 -> 2.22-2.28 s).
+    #[cold]
+    #[inline(never)]
+    fn add_bucket(&mut self, k: usize) {
+        self.buckets.resize(k + 1, 0);
         self.buckets[k] += 1;
     }
 
