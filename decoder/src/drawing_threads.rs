@@ -47,8 +47,9 @@ pub fn second_thread_allowed() -> bool {
 /// Runs `left` on the calling thread and `right` on a second one, at
 /// once, and returns both results: the one way a picture or a summary is
 /// made in two parts. `left` reports the progress of both (its work done,
-/// out of twice its work), and when `progress` says stop, `right` stops
-/// too. A part that panicked counts as cancelled.
+/// out of twice its work), and when `progress` says stop, or `left`
+/// fails, `right` stops too (its work would be thrown away). If `right`
+/// panics, it counts as cancelled.
 pub(crate) fn in_two_parts<L, R: Send>(
     progress: Progress<'_>,
     left: impl FnOnce(Progress<'_>) -> Result<L, DecodeError>,
@@ -64,6 +65,9 @@ pub(crate) fn in_two_parts<L, R: Send>(
             }
             go
         });
+        if mine.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
         (mine, other.join().unwrap_or(Err(DecodeError::Cancelled)))
     })
 }
@@ -82,5 +86,30 @@ mod tests {
         assert!(second_thread_allowed(), "lifted after the panic");
         let other = on_one_thread(|| std::thread::spawn(second_thread_allowed).join().expect("joins"));
         assert!(other, "another thread is not held");
+    }
+
+    /// The second part is told to stop when the first fails, and when the
+    /// caller's progress says stop; otherwise it runs to its end.
+    #[test]
+    fn the_second_part_stops_when_the_first_fails_or_is_cancelled() {
+        // The second part waits (at most 10 s) to be told to stop.
+        let waits = |progress: Progress<'_>| -> Result<bool, DecodeError> {
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(10) {
+                if !progress(0, 1) {
+                    return Ok(true);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Ok(false)
+        };
+        let (left, right) = in_two_parts(&mut |_, _| true, |_| Err::<(), _>(DecodeError::Cancelled), waits);
+        assert!(left.is_err());
+        assert!(matches!(right, Ok(true)), "stopped after the first part failed");
+        let (left, right) = in_two_parts(&mut |_, _| false, |p| Ok(p(1, 2)), waits);
+        assert!(matches!(left, Ok(false)));
+        assert!(matches!(right, Ok(true)), "stopped with the caller's progress");
+        let (left, right) = in_two_parts(&mut |_, _| true, |p| Ok(p(1, 2)), |p| Ok(p(0, 1)));
+        assert!(matches!((left, right), (Ok(true), Ok(true))), "neither stopped");
     }
 }

@@ -690,18 +690,17 @@ mod tests {
         assert!(summary.serves((0.0, columns), 25.0), "the whole view, in blocks of at most a quarter of the step");
         // The step in, at 50 columns a pixel.
         let step = key((columns * 0.3, columns * 0.8), whole.size.0);
-        let view = |k: &RenderKey| k.bitmap_view();
         let palette = Palette::default();
         let from_blocks = decoder::raster::rasterize_blocks(
             &summary.blocks(),
             summary.block_width(),
             (summary.request().from, summary.request().to),
-            &view(&step),
+            &step.bitmap_view(),
             &palette,
         )
         .expect("blocks");
-        let from_spans =
-            decoder::raster::rasterize_from_spans(&model, &view(&step), &palette, &mut |_, _| true).expect("spans");
+        let from_spans = decoder::raster::rasterize_from_spans(&model, &step.bitmap_view(), &palette, &mut |_, _| true)
+            .expect("spans");
         assert_ne!(from_blocks, from_spans, "the two ways differ somewhere on this trace");
         want_render(&mut work, &loaded, step.clone(), PictureThreads::Two);
         assert!(work.render.wait_for(&step, Duration::from_secs(60)), "the step's picture");
