@@ -1,31 +1,42 @@
-//! Exact reuse distance (LRU stack distance) of cache-line accesses.
+//! Reuse distance (LRU stack distance) of cache-line accesses, counted
+//! in exact power-of-two buckets.
 //!
 //! The distance of an access is the number of *distinct* lines accessed
 //! since the previous access to the same line (0: the line was the last one
 //! accessed); a first access has no distance ("cold"). With the time of each
 //! line's last access marked, the distance is the number of marks after
-//! that time. Marks are bits, 64 time slots to a word, and a Fenwick tree
-//! counts marks per word: O(log(n/64)) per access, plus one popcount.
-//! (Per block of eight words, the tree was an eighth of the size and its
-//! walks three steps shorter, but every query and update also summed the
-//! popcounts of up to eight words: the tracker alone, on the miss-heavy
-//! benchmark trace's accesses, took 2.74 s that way, 2.59 s with blocks
-//! of four words, 2.27 s with one. Its tree is 512 KiB then, for 280,000
-//! lines.)
+//! that time. Marks are bits, 64 time slots to a word; a count per block of
+//! 32 words (2,048 slots), and a Fenwick tree over those counts, give the
+//! marks of the blocks after a time in O(log(n/2048)).
 //!
-//! The word the present time is in (the *tail*) is kept out of the tree:
-//! a query never sums a word at or after its own, so the tree need not
-//! hold the tail's marks until time moves past it. Every access past the
-//! same-line shortcut sets a mark at the present, and one at a short
-//! distance clears a mark in the same word, so this spares one or two
-//! walks up the tree per access: the tail's count enters the tree once per
-//! 64 accesses. And a line read again within the tail word (a sweep's next
-//! read of its line) has all the marks after its last read in that word,
-//! which is counted directly, without walking the tree.
+//! Only the distance's bucket is wanted (the histogram is all anyone reads),
+//! and the marks of the time's own block after it are between none and all
+//! the block's others: when both ends fall in one bucket, as they nearly
+//! always do for a distance much longer than a block holds, that is the
+//! bucket, and only otherwise are the block's words counted. The tree is
+//! then 16 KiB for a trace of 280,000 lines, in the nearest cache, where a
+//! tree over every word was 512 KiB and its walks waited on memory. The
+//! 100M-read benchmark trace's decode, alternating rounds on a noisy host,
+//! faster in 7 of 9: 4 rounds, median 7.67 -> 7.29 s (user CPU 14.4 ->
+//! 13.7 s), then 5, median 6.57 -> 6.18 s (12.35 -> 11.47 s); the same
+//! histogram.
+//! (Per block of eight words, that tree was an eighth of the size, but
+//! every query and update also summed the popcounts of up to eight words,
+//! for an exact distance: slower, 2.27 -> 2.74 s for the tracker alone.)
+//!
+//! The word the present time is in (the *tail*) is kept out of the block
+//! counts and the tree: a query never sums a word at or after its own, so
+//! they need not hold the tail's marks until time moves past it. Every
+//! access past the same-line shortcut sets a mark at the present, and one
+//! at a short distance clears a mark in the same word, so this spares one
+//! or two walks up the tree per access: the tail's count enters the tree
+//! once per 64 accesses. And a line read again within the tail word (a
+//! sweep's next read of its line) has all the marks after its last read in
+//! that word, which is counted directly, without walking the tree.
 //!
 //! Memory is bounded by the number of distinct lines, not by the trace
-//! length: when the time axis fills the tree, the live marks (one per line)
-//! are renumbered densely and the tree is rebuilt.
+//! length: when the time axis fills the bitmap, the live marks (one per line)
+//! are renumbered densely and the counts and tree are rebuilt.
 
 use std::collections::HashMap;
 
@@ -61,9 +72,9 @@ impl ReuseHistogram {
         if hi - lo <= 1 { lo.to_string() } else { format!("{lo}-{}", hi - 1) }
     }
 
+    /// Counts one distance in bucket `k`.
     #[inline]
-    fn add(&mut self, distance: u64) {
-        let k = Self::bucket_of(distance);
+    fn add_to_bucket(&mut self, k: usize) {
         match self.buckets.get_mut(k) {
             Some(count) => *count += 1,
             None => self.add_bucket(k),
@@ -71,7 +82,7 @@ impl ReuseHistogram {
     }
 
     /// Counts the first distance of bucket `k`, past the last bucket so
-    /// far. Out of line: it is rare, and inline it kept `add` a call
+    /// far. Out of line: it is rare, and inline it kept `add_to_bucket` a call
     /// (the tracker alone, on the miss-heavy benchmark trace's accesses, 3
     /// alternating rounds: 2.35-2.48 -> 2.22-2.28 s).
     #[cold]
@@ -116,10 +127,13 @@ pub struct ReuseDistance {
     overflow: HashMap<usize, std::collections::HashSet<u64, BuildLineHasher>>,
     /// One bit per time slot: set when it is some line's last read.
     marks: Vec<u64>,
-    /// Fenwick tree over the number of marks in each word of `marks`, but
-    /// for the tail word's.
+    /// Marks in each block of [`BLOCK_WORDS`] words of `marks`, but for
+    /// the tail word's.
+    block_marks: Vec<u32>,
+    /// Fenwick tree over `block_marks`.
     tree: Vec<u32>,
-    /// The word `now` is in, whose marks the tree leaves out.
+    /// The word `now` is in, whose marks `block_marks` and the tree leave
+    /// out.
     tail: usize,
     now: u32,
     live: u32,
@@ -141,7 +155,8 @@ impl ReuseDistance {
             lines: LineTable::new(),
             overflow: HashMap::new(),
             marks: vec![0; MIN_SLOTS / 64],
-            tree: vec![0; MIN_SLOTS / 64],
+            block_marks: vec![0; MIN_SLOTS / BLOCK_SLOTS],
+            tree: vec![0; MIN_SLOTS / BLOCK_SLOTS],
             tail: 0,
             now: 0,
             live: 0,
@@ -150,14 +165,15 @@ impl ReuseDistance {
         }
     }
 
-    /// Records a read of `line` by thread slot `thread`; returns its reuse
-    /// distance (`None` when it is the line's first read).
+    /// Records a read of `line` by thread slot `thread`; returns the
+    /// histogram bucket of its reuse distance ([`ReuseHistogram::bucket_of`];
+    /// `None` when it is the line's first read).
     #[inline]
-    pub fn access(&mut self, line: u64, thread: usize) -> Option<u64> {
+    pub fn access(&mut self, line: u64, thread: usize) -> Option<usize> {
         if self.last == Some((line, thread)) {
             // The same line again: distance 0, and leaving its mark where it
             // is keeps every other line's order: no map or tree work.
-            self.histogram.add(0);
+            self.histogram.add_to_bucket(0);
             return Some(0);
         }
         self.last = Some((line, thread));
@@ -173,21 +189,21 @@ impl ReuseDistance {
         if new_thread {
             self.note_overflow(line, thread);
         }
-        let distance = if prev == NOT_READ {
+        let bucket = if prev == NOT_READ {
             self.live += 1;
             None
         } else {
             // Marks after `prev`: every line read since, once each.
-            let after = self.marks_after(prev);
+            let bucket = self.bucket_after(prev);
             self.add(prev, -1);
-            Some(u64::from(after))
+            Some(bucket)
         };
         self.add(now, 1);
-        match distance {
-            Some(d) => self.histogram.add(d),
+        match bucket {
+            Some(k) => self.histogram.add_to_bucket(k),
             None => self.histogram.cold += 1,
         }
-        distance
+        bucket
     }
 
     /// Starts loading what an access to `line` will look at into the CPU
@@ -199,8 +215,8 @@ impl ReuseDistance {
 
     /// The second step of a lookup's prefetch, a while after
     /// [`Self::prefetch`]: with `line`'s entry at hand, starts loading the
-    /// words of the mark bitmap and the leaf of the tree that its access
-    /// will change; otherwise starts loading the entry's next slot. (If
+    /// word of the mark bitmap that its access will read and change;
+    /// otherwise starts loading the entry's next slot. (If
     /// the line is read again before then, the hint is for an old mark,
     /// and only wasted.)
     #[inline]
@@ -211,9 +227,6 @@ impl ReuseDistance {
             let word = entry.last_read as usize / 64;
             if let Some(w) = self.marks.get(word) {
                 crate::prefetch::prefetch(w);
-            }
-            if let Some(leaf) = self.tree.get(word) {
-                crate::prefetch::prefetch(leaf);
             }
         }
     }
@@ -255,30 +268,45 @@ impl ReuseDistance {
         &self.histogram
     }
 
-    /// Number of marks at times `> t`, before the present's mark is set.
+    /// The histogram bucket of the number of marks at times `> t`, before
+    /// the present's mark is set.
+    ///
     /// A time in the tail word (a line read again soon, as a sweep reads
-    /// its lines) has every later mark in that word: it is counted, with
-    /// no walk of the tree.
+    /// its lines) has every later mark in that word: they are counted, with
+    /// no walk of the tree. Otherwise the tree gives the marks of the
+    /// blocks after `t`'s; those of its own block after it are between none
+    /// and all its others, and when both ends fall in one bucket, that is
+    /// the bucket (nearly always for a long distance, as a scattered read's:
+    /// the block is a small part of it). Only otherwise are the words after
+    /// `t`'s in its block counted.
     #[inline]
-    fn marks_after(&self, t: u32) -> u32 {
+    fn bucket_after(&self, t: u32) -> usize {
         let word = t as usize / 64;
-        if word != self.tail {
-            return self.live - self.prefix(t);
-        }
         let bit = t % 64;
-        let later = if bit == 63 { 0 } else { u64::MAX << (bit + 1) };
-        (self.marks[word] & later).count_ones()
+        let later_in_word = if bit == 63 { 0 } else { (self.marks[word] & (u64::MAX << (bit + 1))).count_ones() };
+        if word == self.tail {
+            return ReuseHistogram::bucket_of(u64::from(later_in_word));
+        }
+        let block = word / BLOCK_WORDS;
+        // With the tail's marks, wherever the tail is: they are all later.
+        let beyond = self.live - self.prefix_blocks(block + 1);
+        // `t`'s own mark is one of its block's.
+        let at_most = beyond + self.block_marks[block] - 1;
+        let bucket = ReuseHistogram::bucket_of(u64::from(beyond));
+        if bucket == ReuseHistogram::bucket_of(u64::from(at_most)) {
+            return bucket;
+        }
+        // The words after `t`'s, up to the tail (whose marks `beyond` has).
+        let end = ((block + 1) * BLOCK_WORDS).min(self.tail);
+        let later_words: u32 = self.marks[word + 1..end].iter().map(|w| w.count_ones()).sum();
+        ReuseHistogram::bucket_of(u64::from(beyond + later_in_word + later_words))
     }
 
-    /// Number of marks at times `<= t`.
+    /// Marks in blocks `0..blocks` (the tail word's left out).
     #[inline]
-    fn prefix(&self, t: u32) -> u32 {
-        let word = t as usize / 64;
-        let bit = t % 64;
-        let within = if bit == 63 { u64::MAX } else { (1u64 << (bit + 1)) - 1 };
-        // Its own word's, then the words before.
-        let mut sum = (self.marks[word] & within).count_ones();
-        let mut i = word;
+    fn prefix_blocks(&self, blocks: usize) -> u32 {
+        let mut sum = 0;
+        let mut i = blocks;
         while i > 0 {
             sum += self.tree[i - 1];
             i &= i - 1;
@@ -292,24 +320,25 @@ impl ReuseDistance {
         let word = t as usize / 64;
         self.marks[word] ^= 1 << (t % 64);
         if word != self.tail {
-            self.add_to_tree(word, delta);
+            self.add_to_block(word / BLOCK_WORDS, delta);
         }
     }
 
     /// Moves the tail to the word of time `t` (the next mark's) if it is
-    /// past the tail: the old tail's marks go into the tree.
+    /// past the tail: the old tail's marks go into its block's count.
     #[inline]
     fn enter_word_of(&mut self, t: u32) {
         let word = t as usize / 64;
         if word != self.tail {
-            self.add_to_tree(self.tail, self.marks[self.tail].count_ones() as i32);
+            self.add_to_block(self.tail / BLOCK_WORDS, self.marks[self.tail].count_ones() as i32);
             self.tail = word;
         }
     }
 
     #[inline]
-    fn add_to_tree(&mut self, word: usize, delta: i32) {
-        let mut i = word + 1;
+    fn add_to_block(&mut self, block: usize, delta: i32) {
+        self.block_marks[block] = self.block_marks[block].wrapping_add_signed(delta);
+        let mut i = block + 1;
         while i <= self.tree.len() {
             self.tree[i - 1] = self.tree[i - 1].wrapping_add_signed(delta);
             i += i & i.wrapping_neg();
@@ -344,19 +373,20 @@ impl ReuseDistance {
         let live = live as usize;
         let slots = (live * 16).max(MIN_SLOTS).next_power_of_two();
         self.marks = vec![0; slots / 64];
-        self.tree = vec![0; slots / 64];
         // Times 0..live are the marks now.
         self.marks[..live / 64].fill(u64::MAX);
         if !live.is_multiple_of(64) {
             self.marks[live / 64] = (1u64 << (live % 64)) - 1;
         }
-        // Build the tree in O(n): word counts (the tail's left out), then
-        // push partial sums up.
+        // Block counts (the tail's left out), then the tree in O(n): the
+        // counts, with partial sums pushed up.
         self.now = live as u32;
         self.tail = self.now as usize / 64;
-        for (count, word) in self.tree.iter_mut().zip(&self.marks).take(self.tail) {
-            *count = word.count_ones();
+        self.block_marks = vec![0; slots / BLOCK_SLOTS];
+        for (word, marks) in self.marks[..self.tail].iter().enumerate() {
+            self.block_marks[word / BLOCK_WORDS] += marks.count_ones();
         }
+        self.tree = self.block_marks.clone();
         let size = self.tree.len();
         for i in 1..=size {
             let parent = i + (i & i.wrapping_neg());
@@ -418,7 +448,7 @@ impl ReuseQueue {
         // accesses: 2.91 -> 2.72 s).
         if self.last_read == Some((line, thread)) {
             if !write {
-                self.reuse.histogram.add(0);
+                self.reuse.histogram.add_to_bucket(0);
             }
             return;
         }
@@ -482,6 +512,11 @@ const MASKED_THREADS: usize = 32;
 /// Fewest time slots of the mark bitmap.
 const MIN_SLOTS: usize = 1 << 16;
 
+/// Words of the mark bitmap per block of the tree.
+const BLOCK_WORDS: usize = 32;
+/// Time slots per block of the tree.
+const BLOCK_SLOTS: usize = BLOCK_WORDS * 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,6 +528,61 @@ mod tests {
                 let prev = (0..i).rev().find(|&j| seq[j] == seq[i])?;
                 let distinct: std::collections::HashSet<u64> = seq[prev + 1..i].iter().copied().collect();
                 Some(distinct.len() as u64)
+            })
+            .collect()
+    }
+
+    /// `n` lines drawn from `0..lines` by an LCG from `seed`.
+    fn random_lines(mut seed: u64, n: usize, lines: u64) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (seed >> 33) % lines
+            })
+            .collect()
+    }
+
+    /// The histogram buckets of distances.
+    fn buckets(distances: &[Option<u64>]) -> Vec<Option<usize>> {
+        distances.iter().map(|d| d.map(ReuseHistogram::bucket_of)).collect()
+    }
+
+    /// Reference for long sequences: every access's time marked in a
+    /// Fenwick tree as long as it is its line's last, one slot per access
+    /// (no tail, blocks or compaction); the distance is the marks after
+    /// the line's previous access. O(n log n).
+    fn by_marked_times(seq: &[u64]) -> Vec<Option<u64>> {
+        let n = seq.len();
+        let mut tree = vec![0i64; n + 1];
+        let add = |tree: &mut Vec<i64>, t: usize, d: i64| {
+            let mut i = t + 1;
+            while i <= n {
+                tree[i] += d;
+                i += i & i.wrapping_neg();
+            }
+        };
+        let prefix = |tree: &Vec<i64>, t: usize| {
+            let (mut i, mut sum) = (t + 1, 0);
+            while i > 0 {
+                sum += tree[i];
+                i &= i - 1;
+            }
+            sum
+        };
+        let mut last: HashMap<u64, usize> = HashMap::new();
+        let mut marks = 0i64;
+        seq.iter()
+            .enumerate()
+            .map(|(now, &line)| {
+                let distance = last.insert(line, now).map(|prev| {
+                    let after = marks - prefix(&tree, prev);
+                    add(&mut tree, prev, -1);
+                    marks -= 1;
+                    after as u64
+                });
+                add(&mut tree, now, 1);
+                marks += 1;
+                distance
             })
             .collect()
     }
@@ -515,7 +605,7 @@ mod tests {
             };
             let want = stack.iter().position(|&l| l == line).map(|depth| {
                 stack.remove(depth);
-                depth as u64
+                ReuseHistogram::bucket_of(depth as u64)
             });
             stack.insert(0, line);
             assert_eq!(r.access(line, 0), want, "access {i} of line {line}");
@@ -525,8 +615,9 @@ mod tests {
     #[test]
     fn known_sequences() {
         let mut r = ReuseDistance::new();
-        let got: Vec<Option<u64>> = [1, 2, 3, 1, 1, 2, 4, 3].iter().map(|&l| r.access(l, 0)).collect();
-        assert_eq!(got, vec![None, None, None, Some(2), Some(0), Some(2), None, Some(3)]);
+        let got: Vec<Option<usize>> = [1, 2, 3, 1, 1, 2, 4, 3].iter().map(|&l| r.access(l, 0)).collect();
+        // Distances 2, 0, 2, 3.
+        assert_eq!(got, buckets(&[None, None, None, Some(2), Some(0), Some(2), None, Some(3)]));
         assert_eq!(r.histogram().cold, 4);
         // distances 2, 0, 2, 3 -> buckets 0:1, 2 ([2,4)):3
         assert_eq!(r.histogram().buckets, vec![1, 0, 3]);
@@ -596,25 +687,71 @@ mod tests {
         for round in 0..3 {
             for l in 0..100u64 {
                 let d = r.access(l, 0);
-                assert_eq!(d, if round == 0 { None } else { Some(99) });
+                assert_eq!(d, if round == 0 { None } else { Some(ReuseHistogram::bucket_of(99)) });
             }
         }
     }
 
     #[test]
     fn matches_naive_across_compactions() {
-        let mut seed = 7u64;
-        let seq: Vec<u64> = (0..200_000)
-            .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                (seed >> 33) % 50
-            })
-            .collect();
+        let seq = random_lines(7, 200_000, 50);
         let mut r = ReuseDistance::new();
-        let got: Vec<Option<u64>> = seq.iter().map(|&l| r.access(l, 0)).collect();
+        let got: Vec<Option<usize>> = seq.iter().map(|&l| r.access(l, 0)).collect();
         // The naive reference is quadratic: check a window past several compactions.
         let window = &seq[150_000..151_000];
-        let want = naive(&seq[..151_000]);
+        let want = buckets(&naive(&seq[..151_000]));
         assert_eq!(&got[150_000..151_000], &want[150_000..151_000], "{}", window.len());
+    }
+
+    /// The second reference agrees with the first where both are quick.
+    #[test]
+    fn the_references_agree() {
+        let seq = random_lines(5, 3_000, 300);
+        assert_eq!(by_marked_times(&seq), naive(&seq));
+    }
+
+    /// Distances of many thousands (a block of the tree is a small part of
+    /// them, and only its bounds are looked at) and of a few (they are
+    /// counted in words), mixed, over compactions: every access's bucket
+    /// against the reference's.
+    #[test]
+    fn long_and_short_distances_land_in_their_buckets() {
+        let mut seed = 13u64;
+        let seq: Vec<u64> = (0..600_000u64)
+            .map(|i| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                match i % 5 {
+                    0 | 1 => (seed >> 33) % 40_000,
+                    2 => 1_000_000 + i / 5 % 9_000,
+                    3 => 2_000_000 + (seed >> 50) % 300,
+                    _ => 3_000_000 + (seed >> 40) % 5_000,
+                }
+            })
+            .collect();
+        let want = buckets(&by_marked_times(&seq));
+        let mut r = ReuseDistance::new();
+        for (i, &line) in seq.iter().enumerate() {
+            assert_eq!(r.access(line, 0), want[i], "access {i} of line {line}");
+        }
+    }
+
+    /// Cyclic sweeps whose distance (lines - 1) is just below, at and just
+    /// above the start of a bucket, for buckets narrower and wider than a
+    /// block of the tree: the bounds of a block straddle the edge.
+    #[test]
+    fn distances_at_bucket_edges() {
+        for edge in [1u64 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 15] {
+            for distance in [edge - 1, edge, edge + 1] {
+                let mut r = ReuseDistance::new();
+                let want = ReuseHistogram::bucket_of(distance);
+                for round in 0..3 {
+                    for line in 0..=distance {
+                        let got = r.access(line, 0);
+                        let expected = if round == 0 { None } else { Some(want) };
+                        assert_eq!(got, expected, "sweep of {} lines, round {round}, line {line}", distance + 1);
+                    }
+                }
+            }
+        }
     }
 }
