@@ -346,8 +346,8 @@ impl ReuseDistance {
     }
 
     /// Renumbers the live marks 0..live in time order and rebuilds the
-    /// marks and the tree, with room for sixteen times the live lines so
-    /// compactions stay rare.
+    /// marks, the block counts and the tree, with room for sixteen times
+    /// the live lines so compactions stay rare.
     ///
     /// A line's new time is the rank of its mark among the marks (one per
     /// line read): the marks of the words before its own, plus those before
