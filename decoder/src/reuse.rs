@@ -128,7 +128,8 @@ pub struct ReuseDistance {
     /// One bit per time slot: set when it is some line's last read.
     marks: Vec<u64>,
     /// Marks in each block of [`BLOCK_WORDS`] words of `marks`, but for
-    /// the tail word's.
+    /// the tail word's. The tree holds them too, but gives one only by a
+    /// walk, and every access past the tail reads one for its bounds.
     block_marks: Vec<u32>,
     /// Fenwick tree over `block_marks`.
     tree: Vec<u32>,
@@ -216,9 +217,9 @@ impl ReuseDistance {
     /// The second step of a lookup's prefetch, a while after
     /// [`Self::prefetch`]: with `line`'s entry at hand, starts loading the
     /// word of the mark bitmap that its access will read and change;
-    /// otherwise starts loading the entry's next slot. (If
-    /// the line is read again before then, the hint is for an old mark,
-    /// and only wasted.)
+    /// otherwise starts loading the entry's next slot. (If the line is
+    /// read again before then, the hint is for an old mark, and only
+    /// wasted.)
     #[inline]
     pub fn prefetch_marks(&self, line: u64) {
         if let Some(entry) = self.lines.prefetch_probe(line)
