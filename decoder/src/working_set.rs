@@ -641,6 +641,106 @@ mod tests {
         }
     }
 
+    /// The rules of the module's doc, kept the slow way: every line's age
+    /// counted down one by one, eviction by a scan for the oldest refresh.
+    struct ReferenceSet {
+        config: WorkingSetConfig,
+        /// (line, age, refresh order, bytes read).
+        lines: Vec<(u64, u32, u64, u32)>,
+        refreshes: u64,
+        /// Whether the last touch of each line came after the last miss.
+        touched_since_miss: std::collections::HashSet<u64>,
+    }
+
+    impl ReferenceSet {
+        fn new(config: WorkingSetConfig) -> Self {
+            ReferenceSet { config, lines: Vec::new(), refreshes: 0, touched_since_miss: Default::default() }
+        }
+
+        /// A read of `size` bytes at `addr`; the lines that left, in order.
+        fn read(&mut self, addr: u64, size: u64) -> Vec<u64> {
+            let line_size = u64::from(self.config.line_size);
+            let mut gone = Vec::new();
+            for line in addr / line_size..=(addr + size - 1) / line_size {
+                let bytes = ((line + 1) * line_size).min(addr + size) - (line * line_size).max(addr);
+                if let Some(l) = self.lines.iter_mut().find(|l| l.0 == line) {
+                    l.1 = self.config.max_age;
+                    l.3 += bytes as u32;
+                    // A line's first touch since the last miss refreshes it.
+                    if self.touched_since_miss.insert(line) {
+                        self.refreshes += 1;
+                        l.2 = self.refreshes;
+                    }
+                    continue;
+                }
+                for l in &mut self.lines {
+                    l.1 -= 1;
+                }
+                self.refreshes += 1;
+                self.lines.push((line, self.config.max_age, self.refreshes, bytes as u32));
+                self.touched_since_miss = [line].into();
+                // Oldest refresh first: the lines whose age reached 0, then
+                // the least recently refreshed while over the cap.
+                self.lines.sort_by_key(|l| l.2);
+                while let Some(&(line, age, _, _)) = self.lines.first() {
+                    if age > 0 && self.lines.len() <= self.config.max_rows as usize {
+                        break;
+                    }
+                    gone.push(line);
+                    self.lines.remove(0);
+                }
+            }
+            gone
+        }
+
+        /// (line, age, bytes read) in address order.
+        fn rows(&self) -> Vec<(u64, u32, u32)> {
+            let mut rows: Vec<_> = self.lines.iter().map(|l| (l.0, l.1, l.3)).collect();
+            rows.sort_unstable();
+            rows
+        }
+    }
+
+    /// Both stores against [`ReferenceSet`] over random reads of hot and
+    /// cold lines, with a set restored from a snapshot halfway joining in:
+    /// the same departures in the same order, and the same rows.
+    #[test]
+    fn stores_follow_the_reference_rules() {
+        for (max_age, max_rows) in [(8, 8), (16, 5), (3, 100), (40, 30)] {
+            let config = config(max_age, max_rows);
+            let mut reference = ReferenceSet::new(config);
+            let mut sorted = OrderedWorkingSet::new(config);
+            let mut hashed = FastWorkingSet::new(config);
+            let mut restored: Option<FastWorkingSet> = None;
+            let mut seed = 0x2545_f491u64 ^ u64::from(max_age);
+            for i in 0..6_000u64 {
+                if i == 3_000 {
+                    restored =
+                        Some(FastWorkingSet::restore(config, &hashed.snapshot(), hashed.clock(), hashed.reads()));
+                }
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let line = if seed >> 61 == 0 { (seed >> 20) % 500 } else { (seed >> 20) % (u64::from(max_rows) + 4) };
+                let addr = line * 64 + if seed & 0x700 == 0 { 60 } else { seed & 0x38 };
+                let expected = reference.read(addr, 8);
+                let rows = |set: &[LineState], age: &dyn Fn(&LineState) -> u32| {
+                    set.iter().map(|l| (l.line, age(l), l.bytes_read)).collect::<Vec<_>>()
+                };
+                let (mut gone_sorted, mut gone_hashed) = (Vec::new(), Vec::new());
+                sorted.read(addr, 8, &mut |d: Departure| gone_sorted.push(d.state.line));
+                hashed.read(addr, 8, &mut |d: Departure| gone_hashed.push(d.state.line));
+                assert_eq!(gone_sorted, expected, "max_age {max_age}, max_rows {max_rows}, read {i}: sorted");
+                assert_eq!(gone_hashed, expected, "max_age {max_age}, max_rows {max_rows}, read {i}: hashed");
+                assert_eq!(rows(sorted.lines(), &|l| sorted.age(l)), reference.rows(), "read {i}: rows");
+                if let Some(set) = &mut restored {
+                    let mut gone = Vec::new();
+                    set.read(addr, 8, &mut |d: Departure| gone.push(d.state.line));
+                    assert_eq!(gone, expected, "max_age {max_age}, max_rows {max_rows}, read {i}: restored");
+                    assert_eq!(rows(&set.snapshot(), &|l| set.age(l)), reference.rows(), "read {i}: restored rows");
+                }
+            }
+        }
+    }
+
     #[test]
     fn restore_continues_identically() {
         let mut a = OrderedWorkingSet::new(config(8, 8));
