@@ -648,7 +648,8 @@ mod tests {
         /// (line, age, refresh order, bytes read).
         lines: Vec<(u64, u32, u64, u32)>,
         refreshes: u64,
-        /// Whether the last touch of each line came after the last miss.
+        /// Lines touched since the last miss: touched again before the next
+        /// one, they are not refreshed again.
         touched_since_miss: std::collections::HashSet<u64>,
     }
 
@@ -731,6 +732,7 @@ mod tests {
                 assert_eq!(gone_sorted, expected, "max_age {max_age}, max_rows {max_rows}, read {i}: sorted");
                 assert_eq!(gone_hashed, expected, "max_age {max_age}, max_rows {max_rows}, read {i}: hashed");
                 assert_eq!(rows(sorted.lines(), &|l| sorted.age(l)), reference.rows(), "read {i}: rows");
+                assert_eq!(rows(&hashed.snapshot(), &|l| hashed.age(l)), reference.rows(), "read {i}: hashed rows");
                 if let Some(set) = &mut restored {
                     let mut gone = Vec::new();
                     set.read(addr, 8, &mut |d: Departure| gone.push(d.state.line));
