@@ -212,7 +212,9 @@ enum SetOp {
     /// Drop every other recorded snapshot, keeping the first.
     ThinSnapshots,
     /// The trace is expected to have about `columns` columns (from the
-    /// part of the file read so far): the summary picks its block width.
+    /// part of the file read so far): the summary picks its block width,
+    /// and the tables of both stages that grow with the columns reserve
+    /// their room.
     ExpectColumns { columns: u64 },
 }
 
@@ -432,12 +434,12 @@ fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batc
                 }
                 SetOp::LongSize { size } => sizes.long = size,
                 SetOp::Thread { slot } => cache.thread = slot as usize,
+                SetOp::ExpectColumns { columns } => cache.columns.expect(columns),
                 SetOp::Alloc { .. }
                 | SetOp::AllocEnd { .. }
                 | SetOp::Free { .. }
                 | SetOp::Snapshot
-                | SetOp::ThinSnapshots
-                | SetOp::ExpectColumns { .. } => {}
+                | SetOp::ThinSnapshots => {}
             }
         }
     }

@@ -46,6 +46,7 @@ pub mod pyramid;
 pub mod range;
 pub mod range_summary;
 pub mod raster;
+mod reserve;
 pub mod reuse;
 pub mod spans;
 pub mod symbols;

@@ -163,18 +163,15 @@ fn expected_cells(columns: u64, rows: u32, shift: u32) -> u64 {
 }
 
 /// Reserves the room `level` is expected to need for `columns` columns of
-/// `rows` rows, if its blocks are at least as wide as level 0's are to be
-/// (`2^wanted_shift`; finer ones are on their way out). A little more than
-/// expected: an estimate a little short would double the room. At most
-/// what the level can hold: level 0's limit and a block, halved for each
-/// doubling of the width.
+/// `rows` rows ([`crate::reserve::for_estimate`]), if its blocks
+/// are at least as wide as level 0's are to be (`2^wanted_shift`; finer
+/// ones are on their way out). At most what the level can hold: level 0's
+/// limit and a block, halved for each doubling of the width.
 fn reserve_expected(level: &mut Level, (columns, rows): (u64, u32), wanted_shift: u32, max_level0_cells: usize) {
     let Some(doublings) = level.shift.checked_sub(wanted_shift) else { return };
     let most = (max_level0_cells as u64 >> doublings.min(63)) + u64::from(rows);
-    let cells = expected_cells(columns, rows, level.shift).saturating_mul(21) / 20;
-    let room = cells.min(most) as usize;
-    // Only a hint: without the memory, the level grows as it goes.
-    let _ = level.cells.try_reserve_exact(room.saturating_sub(level.cells.len()));
+    let expected = expected_cells(columns, rows, level.shift).min(most);
+    crate::reserve::for_estimate(&mut level.cells, expected as usize, most as usize);
 }
 
 /// The summary: level 0 finest.
@@ -542,6 +539,11 @@ impl PyramidBuilder {
             }
             pairs.level
         };
+        // Made again, or left without its blocks: its room is reserved
+        // now, or it would grow by copies.
+        if let Some(expected) = self.expected {
+            reserve_expected(&mut self.level0, expected, self.wanted_shift, self.limits.max_level0_cells);
+        }
         if let Some((preview, shown)) = &mut self.preview {
             if *shown == 0 {
                 preview.show_level(&self.level0);
