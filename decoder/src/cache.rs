@@ -463,7 +463,7 @@ impl MissFlags {
 
     /// About `columns` columns are expected in all: room for them is
     /// reserved ([`crate::reserve::for_estimate`]).
-    pub fn expect(&mut self, columns: u64) {
+    pub(crate) fn expect(&mut self, columns: u64) {
         let words = usize::try_from(columns.div_ceil(32)).unwrap_or(usize::MAX);
         crate::reserve::for_estimate(&mut self.words, words, usize::MAX);
     }

@@ -170,7 +170,7 @@ fn expected_cells(columns: u64, rows: u32, shift: u32) -> u64 {
 fn reserve_expected(level: &mut Level, (columns, rows): (u64, u32), wanted_shift: u32, max_level0_cells: usize) {
     let Some(doublings) = level.shift.checked_sub(wanted_shift) else { return };
     let most = (max_level0_cells as u64 >> doublings.min(63)) + u64::from(rows);
-    let expected = expected_cells(columns, rows, level.shift).min(most);
+    let expected = expected_cells(columns, rows, level.shift);
     crate::reserve::for_estimate(&mut level.cells, expected as usize, most as usize);
 }
 
