@@ -130,12 +130,11 @@ impl LinePositions {
         }
     }
 
-    /// Removes `line` if it is there and `wanted(position)`; its position
-    /// then (one probe for the test and the removal).
+    /// Removes `line` if it is there; its position then.
     #[inline]
-    pub fn remove_if(&mut self, line: u64, wanted: impl FnOnce(u32) -> bool) -> Option<u32> {
+    pub fn remove(&mut self, line: u64) -> Option<u32> {
         let (mut hole, found) = self.find(line);
-        if !found || !wanted(self.slots[hole].1) {
+        if !found {
             return None;
         }
         let position = self.slots[hole].1;
@@ -198,15 +197,8 @@ mod tests {
                 1 => u64::from(i % 500) << 20,
                 _ => (seed >> 24) % 2_000,
             };
-            if seed >> 62 == 0 && seed & 1 == 0 {
-                assert_eq!(map.remove_if(line, |_| true), reference.remove(&line), "removing line {line}");
-            } else if seed >> 62 == 0 {
-                // Removal on a condition: odd positions only.
-                let odd = reference.get(&line).is_some_and(|p| p % 2 == 1);
-                assert_eq!(map.remove_if(line, |p| p % 2 == 1), odd.then(|| reference[&line]), "line {line}");
-                if odd {
-                    reference.remove(&line);
-                }
+            if seed >> 62 == 0 {
+                assert_eq!(map.remove(line), reference.remove(&line), "removing line {line}");
             } else if seed >> 62 == 1 {
                 // A lookup, then an insertion where it found no line.
                 match map.get_or_vacancy(line) {
