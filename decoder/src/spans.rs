@@ -207,8 +207,8 @@ pub struct SpanAccumulator {
     sorted_lines: Vec<u64>,
     departed_rows: Vec<usize>,
     present_sums: Vec<CellSums>,
-    /// The lines that left (indices into `departed_lines`) grouped by the number
-    /// of lines present below them: group `k` is
+    /// The lines that left (indices into `departed_lines`) grouped by the
+    /// number of lines present below them: group `k` is
     /// `gap_order[gap_starts[k]..gap_starts[k + 1]]`.
     gap_starts: Vec<u32>,
     gap_order: Vec<u32>,

@@ -190,7 +190,7 @@ pub trait LineStore: Default {
     /// Where a present line lives, when the store can say so for as long
     /// as the line stays ([`HashedLines`]: its position), so that a removal
     /// can test the line's state without a lookup; `()` when lines move.
-    type Place: Copy + Default + std::fmt::Debug;
+    type Place: Copy + std::fmt::Debug;
     /// The state of `line` and its place, or where it goes when absent: one
     /// lookup for a hit, or for a miss and the insertion that follows it (a
     /// miss-heavy replay spent its time in lookups).
