@@ -438,6 +438,9 @@ impl CacheSimulator {
     }
 }
 
+/// Columns a word of [`MissFlags`] holds: two bits each.
+const COLUMNS_PER_WORD: u64 = 32;
+
 /// Per read column: whether its read missed in D1 and in LL, two bits a
 /// column (the viewer's miss colours, and exact counts over any range).
 #[derive(Clone, Debug, Default)]
@@ -450,7 +453,7 @@ impl MissFlags {
     /// Appends the next column's outcome.
     #[inline]
     pub fn push(&mut self, outcome: Outcome) {
-        let bit = (self.len % 32) * 2;
+        let bit = (self.len % COLUMNS_PER_WORD) * 2;
         if bit == 0 {
             self.words.push(0);
         }
@@ -464,7 +467,7 @@ impl MissFlags {
     /// About `columns` columns are expected in all: room for them is
     /// reserved ([`crate::reserve::for_estimate`]).
     pub(crate) fn expect(&mut self, columns: u64) {
-        let words = usize::try_from(columns.div_ceil(32)).unwrap_or(usize::MAX);
+        let words = usize::try_from(columns.div_ceil(COLUMNS_PER_WORD)).unwrap_or(usize::MAX);
         crate::reserve::for_estimate(&mut self.words, words, usize::MAX);
     }
 
@@ -484,7 +487,7 @@ impl MissFlags {
         if column >= self.len {
             return (false, false);
         }
-        let w = self.words[(column / 32) as usize] >> ((column % 32) * 2);
+        let w = self.words[(column / COLUMNS_PER_WORD) as usize] >> ((column % COLUMNS_PER_WORD) * 2);
         (w & 1 != 0, w & 2 != 0)
     }
 
@@ -495,12 +498,12 @@ impl MissFlags {
         let (mut d1, mut ll) = (0u64, 0u64);
         let mut column = from;
         while column < to {
-            let word = (column / 32) as usize;
-            let lo = column % 32;
-            let hi = (to - (column - lo)).min(32);
+            let word = (column / COLUMNS_PER_WORD) as usize;
+            let lo = column % COLUMNS_PER_WORD;
+            let hi = (to - (column - lo)).min(COLUMNS_PER_WORD);
             let mut w = self.words[word] >> (lo * 2);
             let n = hi - lo;
-            if n < 32 {
+            if n < COLUMNS_PER_WORD {
                 w &= (1u64 << (n * 2)) - 1;
             }
             d1 += u64::from((w & D1_BITS).count_ones());
