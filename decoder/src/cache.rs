@@ -265,10 +265,10 @@ fn way_tag(line: u64) -> u64 {
 }
 
 /// One set-associative level: per set, its lines most recently used
-/// first (as [`way_tag`]s).
+/// first (as `way_tag`s).
 ///
 /// Each set's two most recently used lines are kept apart from its other
-/// ways, all sets' pairs side by side ([`CacheLevel::recent`]): a last level
+/// ways, all sets' pairs side by side (`CacheLevel::recent`): a last level
 /// much larger than what a trace touches holds one or two lines per set, so
 /// nearly every reference is decided in that pair, 4 MB for the 480 MiB
 /// last level instead of a host cache line of its own among 63 MB; and the

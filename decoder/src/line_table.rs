@@ -9,7 +9,7 @@
 //! and the waits overlap.
 //!
 //! Open addressing over one array of (line, value) pairs, so a probe
-//! reads one host cache line. Positions come from [`BuildLineHasher`],
+//! reads one host cache line. Positions come from `BuildLineHasher`,
 //! which places the sixteen lines of a group in sixteen neighbouring slots
 //! (a sweep reads few host lines); a slot taken by another line sends the
 //! probe on by one block of sixteen and one slot, not to the next slot: a

@@ -265,7 +265,7 @@ pub struct Model {
 }
 
 impl Model {
-    /// Decodes the trace at `path` ([`crate::decode`]). `progress` is called
+    /// Decodes the trace at `path` (`crate::decode`). `progress` is called
     /// now and then with the bytes of the file read so far.
     pub fn decode(path: &Path, options: &DecodeOptions, progress: &mut dyn FnMut(u64)) -> Result<Model, DecodeError> {
         crate::decode::decode(path, options, progress, None)

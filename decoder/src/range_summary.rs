@@ -15,7 +15,7 @@
 //! draws from blocks no wider than a pixel (the rule the decoded summary
 //! is drawn by), and so does the step after it.
 //!
-//! The blocks are made by the one span walk ([`SpanWalk`]) the span
+//! The blocks are made by the one span walk (`SpanWalk`) the span
 //! drawing uses, on block edges that are multiples of the block width, so
 //! a block is the span the decoded summary would hold at that width.
 //!

@@ -286,7 +286,7 @@ impl LineStore for SortedLines {
 }
 
 /// Lines in a dense vector (no order) with an index from line number to
-/// position ([`LinePositions`]): O(1) updates, and visiting every line (once
+/// position (`LinePositions`): O(1) updates, and visiting every line (once
 /// per summary block) walks contiguous memory instead of a sparse hash
 /// table of large entries. A removal leaves a hole that the next insertion
 /// fills: on a miss-heavy trace nearly every read removes a line and

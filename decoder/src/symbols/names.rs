@@ -37,9 +37,9 @@ pub fn strip_params(name: &str) -> &str {
 const FRAGMENT_KINDS: [&str; 6] = ["cold", "part", "isra", "constprop", "lto_priv", "llvm"];
 
 /// Splits a compiler fragment's name into its function and the fragment
-/// kinds: `thrower.cold` -> (`thrower`, [`cold`]); `f(int) [clone
-/// .isra.0] [clone .cold]` -> (`f(int)`, [`isra`, `cold`]). Names that are
-/// not fragments come back whole with no kinds.
+/// kinds: `thrower.cold` -> `("thrower", ["cold"])`; `f(int) [clone
+/// .isra.0] [clone .cold]` -> `("f(int)", ["isra", "cold"])`. Names that
+/// are not fragments come back whole with no kinds.
 pub fn split_fragment(name: &str) -> (&str, Vec<&'static str>) {
     // Demangled C++: trailing " [clone .x.N]" groups.
     let mut base = name;
