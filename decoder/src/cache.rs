@@ -280,6 +280,14 @@ fn way_tag(line: u64) -> u64 {
 /// in the same set, and its search of the other ways waited on memory: with
 /// it in the pair, 9 alternating rounds, 5.37 -> 5.34 s, user CPU 9.91 ->
 /// 9.77 s.)
+///
+/// Tags of 32 bits (a line's number past its set bits, which for most
+/// programs' addresses fits) would halve the last level's memory and put a
+/// 16-way set's other ways in one host cache line, but were not faster:
+/// tried on the benchmark trace's addresses alone (a scratch build, no
+/// fallback for wider ones), the decode child of `cargo bench --bench
+/// decode`, 4 alternating rounds, took 7.92-8.84 s against 8.26-8.80 s
+/// (user CPU median 16.1 against 16.3 s).
 #[derive(Clone, Debug)]
 pub struct CacheLevel {
     line_shift: u32,
