@@ -282,12 +282,15 @@ fn way_tag(line: u64) -> u64 {
 /// 9.77 s.)
 ///
 /// Tags of 32 bits (a line's number past its set bits, which for most
-/// programs' addresses fits) would halve the last level's memory and put a
-/// 16-way set's other ways in one host cache line, but were not faster:
-/// tried on the benchmark trace's addresses alone (a scratch build, no
-/// fallback for wider ones), the decode child of `cargo bench --bench
-/// decode`, 4 alternating rounds, took 7.92-8.84 s against 8.26-8.80 s
-/// (user CPU median 16.1 against 16.3 s).
+/// programs' addresses fits) would halve the last level's memory, but were
+/// not faster. Tried on the benchmark trace's addresses alone (a scratch
+/// build, no fallback for wider ones), with the decode child of `cargo
+/// bench --bench decode`, 4 alternating rounds each:
+/// - as they are laid out now: 7.92-8.84 s against 8.26-8.80 s (user CPU
+///   median 16.1 against 16.3 s);
+/// - with each set's other ways also padded to one aligned host line (a
+///   16-way set's 14), which one prefetch then loads whole: 7.37-8.36 s
+///   against 6.69-8.29 s, faster in one round.
 #[derive(Clone, Debug)]
 pub struct CacheLevel {
     line_shift: u32,
