@@ -25,14 +25,15 @@
 //! (`perf stat`). Per thread (`perf record`, 3 runs): the event stage
 //! 18-21%, the working set 38-40% (5.8-6.0 s), the cache stage 41-43%
 //! (6.2-6.4 s). So a pass of 6 s on two cores needs about a sixth less CPU
-//! in all, and each of the two big stages under 6 s on its own; the
-//! working set cannot be split between threads (each column's set follows
-//! from the one before). The reuse distances are half the cache stage:
-//! without them (a scratch build, 3 alternating rounds) the pass took
-//! 6.1-6.5 s with 10.8-11.4 s of user CPU, against 7.3-8.5 s and
-//! 13.9-15.7 s. It then waits on the working set's thread: in 2 runs under
-//! `perf record`, that thread took 6.1-6.3 s of CPU, the cache stage's
-//! 2.8-3.0 s.
+//! in all, and each of the two big stages under 6 s on its own; carrying
+//! the working set forward cannot be split between threads (each column's
+//! set follows from the one before), though closing the summary's spans,
+//! about a third of that thread, could move. The reuse distances are half
+//! the cache stage: without them (a scratch build, 3 alternating rounds)
+//! the pass took 6.1-6.5 s with 10.8-11.4 s of user CPU, against 7.3-8.5 s
+//! and 13.9-15.7 s. It then waits on the working set's thread: in 2 runs
+//! under `perf record`, that thread took 6.1-6.3 s of CPU, the cache
+//! stage's 2.8-3.0 s.
 
 use std::collections::BTreeMap;
 use std::path::Path;
