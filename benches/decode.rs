@@ -10,6 +10,16 @@
 //! stay near 1: decoding memory must not grow with the trace length.
 //! `LINETRACE_BENCH_READS=a,b` changes the sizes.
 //!
+//! Then a real program: examples/c/matmul.c's `matmul_naive` on 464x464
+//! doubles (-O2), recorded with the rewrite backend: 99.9M reads, whose
+//! column-wise walk of `b` misses the working set on most of them. Its trace
+//! is decoded in the child, in rounds alternating with the peer,
+//! `valgrind --tool=cachegrind` (the same two caches simulated). Cachegrind
+//! runs the whole program, so the peer is the difference between the
+//! program multiplying twice and once (argument `2`, then `1`): one
+//! multiply, the accesses the trace holds. It prints both medians and
+//! their ratio. `LINETRACE_BENCH_PROGRAM=0` skips it.
+//!
 //! `cargo bench --bench decode -- --draw TRACE COLUMNS_PER_PIXEL PICTURES`
 //! decodes TRACE once, then draws PICTURES 1920x1080 bitmaps at that scale,
 //! spread over the trace, and prints each one's milliseconds (wall, and
@@ -31,7 +41,12 @@ use decoder::model::{DecodeOptions, Model};
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{Pattern, peak_rss_kib, process_cpu_time, write_trace};
+use common::{Pattern, build_c_example, median, peak_rss_kib, process_cpu_time, write_trace};
+
+/// Side of the matrices of the real-program trace: 464^3 = 99.9M reads,
+/// about as many as the larger synthetic trace (and a multiple of the
+/// blocked multiply's tile, which the program also runs).
+const MATMUL_N: u32 = 464;
 
 /// Child mode: decode one file, print "seconds reads rss_kib".
 fn decode_child(path: &Path) {
@@ -130,19 +145,7 @@ fn main() {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         eprintln!("wrote {reads} reads ({size} bytes) in {:.1}s", start.elapsed().as_secs_f64());
         // Median of three runs: the machine is noisy.
-        let mut runs: Vec<(f64, f64, f64)> = (0..3)
-            .map(|_| {
-                let out = std::process::Command::new(&exe).arg("--decode-child").arg(&path).output().expect("child");
-                let text = String::from_utf8_lossy(&out.stdout);
-                let f: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-                assert!(
-                    out.status.success() && f.len() == 3,
-                    "decode child failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                (f[0], f[1], f[2])
-            })
-            .collect();
+        let mut runs: Vec<(f64, f64, f64)> = (0..3).map(|_| decode_in_child(&exe, &path)).collect();
         let _ = std::fs::remove_file(&path);
         runs.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (secs, decoded, rss) = runs[1];
@@ -160,4 +163,62 @@ fn main() {
     {
         println!("peak RSS ratio {}M : {}M reads = {:.2}", last.0 / 1_000_000, first.0 / 1_000_000, last.1 / first.1);
     }
+    if std::env::var("LINETRACE_BENCH_PROGRAM").map_or(true, |v| v != "0") {
+        real_program(&exe);
+    }
+}
+
+/// Decodes `path` in a child process of `exe`: (seconds, reads, peak RSS
+/// in KiB).
+fn decode_in_child(exe: &Path, path: &Path) -> (f64, f64, f64) {
+    let out = std::process::Command::new(exe).arg("--decode-child").arg(path).output().expect("child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<f64> = text.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    assert!(out.status.success() && f.len() == 3, "decode child failed: {}", String::from_utf8_lossy(&out.stderr));
+    (f[0], f[1], f[2])
+}
+
+/// The real-program trace against cachegrind (see the crate docs).
+fn real_program(exe: &Path) {
+    let dir = std::env::temp_dir().join(format!("linetrace-bench-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let program = build_c_example("matmul", &dir, &[&format!("-DN={MATMUL_N}")]);
+    let trace = dir.join("matmul_naive.lntrace");
+    let summary = instrument::record(instrument::RecordOptions {
+        program: program.clone(),
+        args: vec![],
+        function: Some("matmul_naive".into()),
+        output: trace.clone(),
+        max_invocations: None,
+        progress: None,
+        backend: instrument::Backend::Rewrite,
+    })
+    .expect("record matmul_naive");
+    let cachegrind = |multiplies: &str| {
+        let mut cmd = std::process::Command::new("valgrind");
+        cmd.args(["--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null"])
+            .arg(&program)
+            .arg(multiplies);
+        let (secs, _, ok, _, err) = common::run_measured(&mut cmd);
+        assert!(ok, "cachegrind failed: {err}");
+        secs
+    };
+    let (mut decoded, mut peer) = (Vec::new(), Vec::new());
+    let mut reads = 0.0;
+    for _ in 0..3 {
+        let (secs, r, _) = decode_in_child(exe, &trace);
+        decoded.push(secs);
+        reads = r;
+        let once = cachegrind("1");
+        peer.push(cachegrind("2") - once);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let (decoded, peer) = (median(decoded), median(peer));
+    println!(
+        "matmul_naive {MATMUL_N}x{MATMUL_N} (-O2, rewrite backend: {} accesses, {:.1}M reads): decode {decoded:.2}s; \
+         cachegrind, one multiply (2 less 1) {peer:.2}s; decode / cachegrind {:.2}",
+        summary.accesses,
+        reads / 1e6,
+        decoded / peer.max(1e-9)
+    );
 }

@@ -21,6 +21,8 @@ use std::time::Instant;
 use decoder::symbols::{ElfSymbols, SymbolPaths};
 use instrument::sys;
 
+use common::median;
+
 const ROUNDS: usize = 5;
 
 /// -no-pie: link-time addresses are run-time addresses, so the raw stepper
@@ -92,11 +94,6 @@ fn linetrace(program: &Path, args: &[&str], function: &str, trace: &Path) -> (u6
     let mut reader = trace_rt::format::TraceReader::open(trace).expect("trace");
     while reader.next_record().expect("read").is_some() {}
     (summary.instructions, summary.elapsed.as_secs_f64(), summary.trace_bytes, reader.event_bytes(), summary.accesses)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -32,6 +32,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use common::median;
+
 fn timed(mut cmd: Command) -> f64 {
     let start = Instant::now();
     let status = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status().expect("runs");
@@ -75,13 +77,6 @@ fn build_rust_example(name: &str) -> std::path::PathBuf {
     assert!(ok, "cargo build --release --example {name} failed");
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), Into::into);
     target.join("release/examples").join(name)
-}
-
-/// The middle value; for an even count, the mean of the two middle ones.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n.is_multiple_of(2) { (v[n / 2 - 1] + v[n / 2]) / 2.0 } else { v[n / 2] }
 }
 
 fn main() {

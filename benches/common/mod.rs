@@ -76,6 +76,18 @@ pub fn write_trace(path: &Path, reads: u64, pattern: Pattern) {
     w.finish(&Trailer::default()).expect("finish");
 }
 
+/// The middle value; for an even count, the mean of the two middle ones
+/// (0 for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n.is_multiple_of(2) => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        _ => v[n / 2],
+    }
+}
+
 /// Peak resident memory of this process, KiB.
 pub fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
