@@ -34,6 +34,17 @@
 //! and 13.9-15.7 s. It then waits on the working set's thread: in 2 runs
 //! under `perf record`, that thread took 6.1-6.3 s of CPU, the cache
 //! stage's 2.8-3.0 s.
+//!
+//! A real program's trace costs as much: `matmul_naive` of
+//! examples/c/matmul.c on 464x464 doubles (99.9M reads, most of them
+//! missing the working set: it walks `b` by columns) took 6.7-7.3 s in 3
+//! runs of `report`, against 1.3-1.5 s for cachegrind to simulate the same
+//! multiply (`cargo bench --bench decode` prints the ratio: 4.85). There
+//! the working set's thread is the busiest (49% of the samples, `perf
+//! record`: the cache stage 39%, the event stage 12%), closing the
+//! summary's spans about half of it; a sweep-friendly program's trace
+//! (`matmul_blocked` on 368x368: 56M reads and 25M writes, 1.6M line
+//! fetches) still took 4.3-4.7 s, its span closing 30% of the samples.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -436,6 +447,14 @@ fn prefetch_batch_ahead(batch: &[SetOp], i: usize) {
 /// the stage faster: alone, on 20M reads of the benchmark's pattern with a
 /// 32 MiB last level (a scratch harness, best of 3 runs, 3 alternating
 /// rounds), 0.93-0.97 s either way.
+///
+/// The last level is not what makes the stage slow: a scratch build that
+/// simulated only the first level (no last-level lookups or prefetches)
+/// decoded the 100M-read benchmark trace in 6.75-7.24 s, against
+/// 7.00-7.94 s, with 12.8-13.8 s of user CPU against 13.4-15.0 s (3
+/// alternating rounds). Folding the last level's lookups into the reuse
+/// distances' line table, whose entry a read loads anyway, could gain no
+/// more than that.
 fn cache_stage(config: CacheConfig, line_size: LineSize, receiver: Receiver<Batch>) -> CacheStage {
     let mut cache = CacheStage::new(config, line_size);
     let mut sizes = OpSize::default();
