@@ -178,7 +178,7 @@ fn decode_in_child(exe: &Path, path: &Path) -> (f64, f64, f64) {
     (f[0], f[1], f[2])
 }
 
-/// The real-program trace against cachegrind (see the crate docs).
+/// The real-program trace against cachegrind (see this file's docs).
 fn real_program(exe: &Path) {
     let dir = std::env::temp_dir().join(format!("linetrace-bench-decode-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
