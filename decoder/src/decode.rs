@@ -20,8 +20,9 @@
 //! that miss the CPU's caches (a table of every line the trace touched, the
 //! last-level cache's sets) are prefetched a few accesses ahead.
 //!
-//! What that bound is, on the 100M-read benchmark trace (the decode child
-//! of `cargo bench --bench decode`): 14.5 s of CPU in 7.3 s, 1.97 CPUs
+//! What that bound is, on the view bench's 100M-read miss-heavy trace
+//! (`cargo bench --bench view -- --write-only`), decoded by the decode
+//! child of `cargo bench --bench decode`: 14.5 s of CPU in 7.3 s, 1.97 CPUs
 //! (`perf stat`). Per thread (`perf record`, 3 runs): the event stage
 //! 18-21%, the working set 38-40% (5.8-6.0 s), the cache stage 41-43%
 //! (6.2-6.4 s). So a pass of 6 s on two cores needs about a sixth less CPU
@@ -450,7 +451,7 @@ fn prefetch_batch_ahead(batch: &[SetOp], i: usize) {
 ///
 /// The last level is not what makes the stage slow: a scratch build that
 /// simulated only the first level (no last-level lookups or prefetches)
-/// decoded the 100M-read benchmark trace in 6.75-7.24 s, against
+/// decoded the view bench's 100M-read miss-heavy trace in 6.75-7.24 s, against
 /// 7.00-7.94 s, with 12.8-13.8 s of user CPU against 13.4-15.0 s (3
 /// alternating rounds). Folding the last level's lookups into the reuse
 /// distances' line table, whose entry a read loads anyway, could gain no
