@@ -36,6 +36,13 @@
 //! under `perf record`, that thread took 6.1-6.3 s of CPU, the cache
 //! stage's 2.8-3.0 s.
 //!
+//! The host's speed drifts by more than any change tried since. `dc041a7`
+//! (2026-11-28), whose decode of that trace then took a median 6.18 s, took
+//! 7.97-8.04 s on 2026-12-05, in 3 rounds alternating with `26d3afc`
+//! (7.34-7.88 s). Nor do the stages slow each other down much: on one core
+//! (`taskset -c 0`, one run) the pass took 13.84 s of user CPU, against
+//! 14.86 s on two.
+//!
 //! A real program's trace costs as much: `matmul_naive` of
 //! examples/c/matmul.c on 464x464 doubles (99.9M reads, most of them
 //! missing the working set: it walks `b` by columns) took 6.7-7.3 s in 3
