@@ -14,6 +14,26 @@
 //! (`/sys/kernel/mm/transparent_hugepage/enabled` = `madvise`, as on this
 //! project's machines); asking is a hint, so a kernel without them changes
 //! nothing but the speed.
+//!
+//! On a virtual machine, the first touch of a huge page can be slow. This
+//! project's machines are Firecracker guests with a balloon device, which
+//! probably hands whole free 2 MiB blocks back to the host, so that a huge
+//! page comes from a block the host must back again. Filling a fresh
+//! 64 MiB region of huge pages (`/tmp/hp.c`, not in the repo: `mmap`,
+//! `madvise`, `memset`) took 273-567 ms in three of four new processes
+//! (7 ms in the fourth), and 7-54 ms when the same process filled another
+//! region after freeing the first; with small pages it took 41-43 ms.
+//! Filling 256 MiB took 2.2 s. The 100M-read benchmark trace's decode
+//! spent 3.95% of its samples zeroing such pages as the line table grew
+//! (`perf record`: 64 MiB in all, from 2^10 to 2^21 slots), most of them
+//! in the pass's first second, while the cache stage held up the other
+//! two. Still, there is little to gain:
+//! - with small pages for that table, the pass was no faster (3 alternating
+//!   rounds: 7.68-8.13 s, user CPU 14.50-15.13 s, against 7.67-8.15 s and
+//!   14.13-14.66 s): what the kernel saved, the page walks took back;
+//! - with free blocks backed again just before (a 160 MiB region of huge
+//!   pages filled and freed), 6 alternating rounds: median 7.52 -> 7.33 s,
+//!   faster in 4 of them. So that cost is at most about 2% of the pass.
 
 /// Smallest table worth asking for: a few huge pages' worth.
 const WORTH_ASKING: usize = 4 * HUGE_PAGE;
