@@ -17,23 +17,23 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+#[path = "common/mod.rs"]
+mod common;
+use common::median;
 
 #[path = "../tests/common/pool_flags.rs"]
 mod pool_flags;
 
 const ROUNDS: usize = 3;
 
-fn timed(cmd: &mut Command) -> Option<(Duration, String)> {
+/// Seconds the command took, and its standard error; `None` if it failed.
+fn timed(cmd: &mut Command) -> Option<(f64, String)> {
     let start = Instant::now();
     let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().ok()?;
-    let took = start.elapsed();
+    let took = start.elapsed().as_secs_f64();
     out.status.success().then(|| (took, String::from_utf8_lossy(&out.stderr).into_owned()))
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() {
@@ -46,7 +46,7 @@ fn main() {
     let linetrace = env!("CARGO_BIN_EXE_linetrace");
     let trace = dir.path().join("heap_mix.lntrace");
     let heaptrack_out = dir.path().join("heaptrack");
-    let mut times: [Vec<Duration>; 4] = Default::default();
+    let mut times: [Vec<f64>; 4] = Default::default();
     let mut run_times = Vec::new();
     let mut calls = 0u64;
     for _ in 0..ROUNDS {
@@ -65,7 +65,7 @@ fn main() {
             if let Some(i) = words.iter().position(|w| *w == "in")
                 && let Some(s) = words.get(i + 1).and_then(|w| w.parse::<f64>().ok())
             {
-                run_times.push(Duration::from_secs_f64(s));
+                run_times.push(s);
             }
         }
         if let Some((t, _)) = timed(Command::new("heaptrack").arg("-o").arg(&heaptrack_out).arg(&bin).arg(&rounds)) {
@@ -77,7 +77,7 @@ fn main() {
             times[3].push(t);
         }
     }
-    let native = median(times[0].clone()).as_secs_f64();
+    let native = median(times[0].clone());
     println!("heap_mix {rounds} rounds, {calls} allocator calls; median of {ROUNDS} runs");
     for (name, t) in
         ["native", "linetrace record --allocations", "heaptrack", "valgrind --tool=dhat"].iter().zip(&times)
@@ -86,11 +86,11 @@ fn main() {
             println!("{name:<32} not run (missing?)");
             continue;
         }
-        let s = median(t.clone()).as_secs_f64();
+        let s = median(t.clone());
         println!("{name:<32} {s:>7.3} s  {:>6.2}x native", s / native);
     }
     if !run_times.is_empty() {
-        let run = median(run_times).as_secs_f64();
+        let run = median(run_times);
         println!(
             "  the program under the agent     {run:>7.3} s  {:>6.2}x native, {:.1}M calls/s recorded",
             run / native,
@@ -132,7 +132,7 @@ fn pool_cost(dir: &Path, linetrace: &str) {
     // Each round calls the pool four times (node, key, value, label) and
     // frees once; four resets in 1000 rounds.
     let calls = 5.0 * 1e6 + 4.0 * 1e3;
-    let (n, h) = (median(native).as_secs_f64(), median(hooked).as_secs_f64());
+    let (n, h) = (median(native), median(hooked));
     println!(
         "pool 1M rounds ({calls:.0} custom allocator calls): native {n:.3} s, recorded with --alloc-fn {h:.3} s, \
          {:.0} ns a call",

@@ -46,7 +46,7 @@ use std::time::Instant;
 
 #[path = "common/mod.rs"]
 mod common;
-use common::{Pattern, run_measured, write_trace};
+use common::{Pattern, median, run_measured, write_trace};
 
 fn percentile(values: &mut [f64], p: f64) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -93,11 +93,12 @@ fn main() {
             peer.extend(cachegrind_peer.iter().filter_map(|p| cachegrind_seconds(p, reads)));
         }
         let each: Vec<String> = decoded.iter().map(|ms| format!("{ms:.0}")).collect();
-        let decoded_median = percentile(&mut decoded, 0.5);
-        println!("  decoded, {} sessions  median {decoded_median:.0} ms ({} ms)", decoded.len(), each.join(", "));
+        let sessions_run = decoded.len();
+        let decoded_median = median(decoded);
+        println!("  decoded, {sessions_run} sessions  median {decoded_median:.0} ms ({} ms)", each.join(", "));
         if !peer.is_empty() {
             let each: Vec<String> = peer.iter().map(|s| format!("{s:.1}")).collect();
-            let peer_median = percentile(&mut peer, 0.5);
+            let peer_median = median(peer);
             println!(
                 "  peer: cachegrind of examples/c/miss_heavy.c, the same reads: median {peer_median:.2} s ({} s); \
                  decoded / cachegrind {:.2}",
