@@ -352,7 +352,8 @@ impl CacheLevel {
 
     /// References `line`: true when it missed (and is now the set's most
     /// recently used line, the least recently used one evicted).
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     pub fn touch_line(&mut self, line: u64) -> bool {
         let set = (line & self.set_mask) as usize;
         let tag = way_tag(line);
@@ -396,7 +397,8 @@ impl CacheLevel {
     /// References `size` bytes at `addr` with cachegrind's rule: within
     /// one line or straddling two, one reference that misses if either line
     /// missed; over more lines, each missing line counts. Returns misses.
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     pub fn access(&mut self, addr: u64, size: u64) -> u32 {
         let first = addr >> self.line_shift;
         let last = addr.saturating_add(size.max(1) - 1) >> self.line_shift;
@@ -441,7 +443,8 @@ impl CacheSimulator {
     }
 
     /// One access (read or write: the cache does not tell them apart).
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     pub fn access(&mut self, addr: u64, size: u64) -> Outcome {
         let d1_misses = self.d1.access(addr, size);
         if d1_misses == 0 {

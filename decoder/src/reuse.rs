@@ -169,7 +169,8 @@ impl ReuseDistance {
     /// Records a read of `line` by thread slot `thread`; returns the
     /// histogram bucket of its reuse distance ([`ReuseHistogram::bucket_of`];
     /// `None` when it is the line's first read).
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     pub fn access(&mut self, line: u64, thread: usize) -> Option<usize> {
         if self.last == Some((line, thread)) {
             // The same line again: distance 0, and leaving its mark where it
@@ -234,7 +235,8 @@ impl ReuseDistance {
 
     /// Records a write of `line` by thread slot `thread` (for distinct-line
     /// counts; writes have no reuse distance).
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     pub fn write(&mut self, line: u64, thread: usize) {
         if self.last == Some((line, thread)) {
             return;
@@ -471,7 +473,8 @@ impl ReuseQueue {
         self.push(line, thread, true);
     }
 
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     fn push(&mut self, line: u64, thread: usize, write: bool) {
         // The line of the last read again: the tracker would count a
         // distance of 0 (a read) or nothing (a write) without looking
@@ -505,7 +508,8 @@ impl ReuseQueue {
         self.queued += 1;
     }
 
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     fn apply(&mut self, line: u64, thread: usize, write: bool) {
         if write {
             self.reuse.write(line, thread);
