@@ -468,7 +468,7 @@ fn prefetch_batch_ahead(batch: &[SetOp], i: usize) {
 /// Everything an access calls is inlined into this loop, by
 /// `#[inline(always)]`: with plain `#[inline]`, LLVM kept the reuse
 /// queue's `push`, the tracker's `access` and the cache level's
-/// `touch_line` as calls (16% and 7% of the pass's samples, `perf
+/// `touch_line` as calls (19% and 8% of the pass's samples, `perf
 /// record`), and a call's spills and reloads of the loop's state cost more
 /// than its body's work. The cache stage's samples fell by 18% (6,626 ->
 /// 5,435). The 100M-read view-bench trace's decode (a scratch binary
