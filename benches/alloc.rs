@@ -77,6 +77,8 @@ fn main() {
             times[3].push(t);
         }
     }
+    // Every ratio divides by it: without it they would print as infinite.
+    assert!(!times[0].is_empty(), "the program failed natively in all {ROUNDS} rounds: nothing to compare with");
     let native = median(times[0].clone());
     println!("heap_mix {rounds} rounds, {calls} allocator calls; median of {ROUNDS} runs");
     for (name, t) in
