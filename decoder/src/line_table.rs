@@ -118,7 +118,8 @@ impl<V: Copy + Default> LineTable<V> {
     }
 
     /// The value of `line`, inserted as `V::default()` if it is new.
-    #[inline]
+    // Always: inlined into the decoding pass's cache stage (see `cache_stage` in decode.rs).
+    #[inline(always)]
     pub fn entry(&mut self, line: u64) -> &mut V {
         debug_assert_ne!(line, EMPTY);
         if (self.len + 1) * max_load_inverse(self.slots.len()) > self.slots.len() {
@@ -171,6 +172,9 @@ impl<V: Copy + Default> LineTable<V> {
         self.slots.iter_mut().filter(|(k, _)| *k != EMPTY).map(|(_, v)| v)
     }
 
+    // Out of line: rare, and inlined into `entry` it kept `entry` a call.
+    #[cold]
+    #[inline(never)]
     fn grow(&mut self) {
         let doubled = crate::huge_pages::filled_vec(self.slots.len() * 2, (EMPTY, V::default()));
         let old = std::mem::replace(&mut self.slots, doubled);
