@@ -63,6 +63,13 @@ pub struct AllocationRecord {
     pub allocator: Option<u32>,
 }
 
+/// [`AllocationRecord::contains`] for a block known by its address and
+/// size alone.
+#[inline]
+pub(crate) fn block_contains(address: u64, size: u64, addr: u64) -> bool {
+    addr >= address && addr - address < size.max(1)
+}
+
 impl AllocationRecord {
     /// A block for tests: allocated at event and column `alloc`, freed at
     /// `free`.
@@ -92,7 +99,7 @@ impl AllocationRecord {
     /// Whether `addr` is inside the block (a 0-byte block holds its first
     /// address, so accesses to it are still attributed).
     pub fn contains(&self, addr: u64) -> bool {
-        addr >= self.address && addr - self.address < self.size.max(1)
+        block_contains(self.address, self.size, addr)
     }
 
     /// One past its last address (saturating).

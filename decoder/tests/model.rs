@@ -223,27 +223,55 @@ fn metrics_of_a_strided_sweep() {
     assert_eq!(m.reuse.buckets[3], 8, "distance 7 is in [4, 8)");
 }
 
-#[test]
-fn reads_fall_into_allocations() {
+/// An allocation event (callsite 0x20).
+fn alloc(kind: AllocKind, size: u64, ptr_in: u64, ptr_out: u64) -> Step {
+    Step::Event(Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite: 0x20 }))
+}
+
+/// One step of [`decode_allocations_and_reads`]'s trace.
+enum Step {
+    /// An event as it is (allocations).
+    Event(Event),
+    /// A read of 8 bytes at this address.
+    Read(u64),
+}
+
+/// Decodes a trace of thread 1's `steps`.
+fn decode_allocations_and_reads(steps: &[Step]) -> Model {
     let path = tempfile::NamedTempFile::new().expect("temp file").into_temp_path();
     let file = std::fs::File::create(&path).expect("create");
     let mut w = TraceWriter::new(file, &Metadata::new("test")).expect("header");
     let site = w.add_site(Site { pc: 0x10, len: 4, kind: AccessKind::Read, size: 8, count: 1, implied: Implied::NONE });
-    let alloc = |kind, size, ptr_in, ptr_out| {
-        Event::Alloc(Allocation { kind, size, align: 0, ptr_in, ptr_out, callsite: 0x20 })
-    };
-    w.push(1, &alloc(AllocKind::Malloc, 100, 0, 0x5000)).expect("push");
-    w.push(1, &Event::Access { site, addr: 0x5000 }).expect("push");
-    w.push(1, &Event::Access { site, addr: 0x5060 }).expect("push");
-    w.push(1, &Event::Access { site, addr: 0x5064 }).expect("push"); // past the block
-    w.push(1, &alloc(AllocKind::Realloc, 200, 0x5000, 0x6000)).expect("push");
-    w.push(1, &Event::Access { site, addr: 0x5000 }).expect("push"); // freed
-    w.push(1, &Event::Access { site, addr: 0x6010 }).expect("push");
-    w.push(1, &alloc(AllocKind::Free, 0, 0x6000, 0)).expect("push");
-    w.push(1, &alloc(AllocKind::Free, 0, 0x9999, 0)).expect("push");
-    w.push(1, &Event::Access { site, addr: 0x9000 }).expect("push"); // in no block
+    for step in steps {
+        let event = match *step {
+            Step::Event(e) => e,
+            Step::Read(addr) => Event::Access { site, addr },
+        };
+        w.push(1, &event).expect("push");
+    }
     w.finish(&Trailer::default()).expect("finish");
-    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode")
+}
+
+/// The tint of each row of the summary's first block, top row first.
+fn first_block_tints(model: &Model) -> Vec<u8> {
+    model.pyramid.levels[0].block(0).iter().map(|cell| cell.tint).collect()
+}
+
+#[test]
+fn reads_fall_into_allocations() {
+    let model = decode_allocations_and_reads(&[
+        alloc(AllocKind::Malloc, 100, 0, 0x5000),
+        Step::Read(0x5000),
+        Step::Read(0x5060),
+        Step::Read(0x5064), // past the block
+        alloc(AllocKind::Realloc, 200, 0x5000, 0x6000),
+        Step::Read(0x5000), // freed
+        Step::Read(0x6010),
+        alloc(AllocKind::Free, 0, 0x6000, 0),
+        alloc(AllocKind::Free, 0, 0x9999, 0),
+        Step::Read(0x9000), // in no block
+    ]);
     let blocks: Vec<(u64, u64, u64, Option<u64>, u64)> =
         model.allocations.iter().map(|a| (a.address, a.size, a.alloc_column, a.free_column, a.reads)).collect();
     assert_eq!(blocks, vec![(0x5000, 100, 0, Some(3), 2), (0x6000, 200, 3, Some(5), 1)]);
@@ -251,8 +279,26 @@ fn reads_fall_into_allocations() {
     // The summary tints the rows of lines that overlapped a live block when
     // they entered the set (the allocation overlay): lines 0x5000, 0x5040
     // (the block's last 36 bytes) and 0x6000, not line 0x9000.
-    let tints: Vec<u8> = model.pyramid.levels[0].block(0).iter().map(|cell| cell.tint).collect();
-    assert_eq!(tints, vec![255, 255, 255, 0]);
+    assert_eq!(first_block_tints(&model), vec![255, 255, 255, 0]);
+}
+
+/// A read inside a block that crosses into the next line tints that line
+/// only if a live block overlaps it: that the read's address is inside a
+/// block (which the decoding pass already knows for the line it is in)
+/// says nothing of the line after. Block [0x7000, 0x7040) ends where the
+/// read at 0x703c crosses into line 0x7040; block [0x80c0, 0x8100) is
+/// followed by block [0x8100, 0x8110), which line 0x8100 overlaps.
+#[test]
+fn a_read_crossing_out_of_its_block_tints_the_next_line_only_if_a_block_overlaps_it() {
+    let model = decode_allocations_and_reads(&[
+        alloc(AllocKind::Malloc, 0x40, 0, 0x7000),
+        alloc(AllocKind::Malloc, 0x40, 0, 0x80c0),
+        alloc(AllocKind::Malloc, 0x10, 0, 0x8100),
+        Step::Read(0x703c),
+        Step::Read(0x80fc),
+    ]);
+    // Rows in address order: lines 0x7000, 0x7040, 0x80c0, 0x8100.
+    assert_eq!(first_block_tints(&model), vec![255, 0, 255, 255]);
 }
 
 /// The plain per-cell algorithm: every column, every row in view. The fast
