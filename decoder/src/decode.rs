@@ -279,8 +279,8 @@ impl ReadFlags {
     /// crossing a line's end are still searched). On a trace of random
     /// reads over many small blocks, each search was a walk of a tree in
     /// memory: 17.7% of the decode's samples for examples/c/heap_reads.c's
-    /// trace (200,000 blocks, 4M reads; `perf record`). With this, and
-    /// the blocks' sizes in the event stage's live map (`EventStage::live`),
+    /// trace (200,000 blocks, 4M random picks; `perf record`). With this,
+    /// and the blocks' sizes in the event stage's live map (`EventStage::live`),
     /// that trace's decode (a scratch binary calling `Model::decode`), 8
     /// alternating rounds, faster in all 8: median 3.17 -> 2.28 s, user
     /// CPU 5.39 -> 4.00 s. The 100M-read view-bench trace, which records
