@@ -282,6 +282,35 @@ fn reads_fall_into_allocations() {
     assert_eq!(first_block_tints(&model), vec![255, 255, 255, 0]);
 }
 
+/// Reads that alternate between blocks (a table of pointers and the blocks
+/// it points to) count in the block each falls in, and a block freed while
+/// the pass still remembers it as a recent one is not found again: its
+/// address now belongs to the block allocated there, and the bytes past
+/// that block's end to none.
+#[test]
+fn reads_alternating_between_blocks_count_in_each_and_never_in_a_freed_one() {
+    let model = decode_allocations_and_reads(&[
+        alloc(AllocKind::Malloc, 0x100, 0, 0x1000), // the table
+        alloc(AllocKind::Malloc, 0x40, 0, 0x2000),
+        alloc(AllocKind::Malloc, 0x40, 0, 0x3000),
+        Step::Read(0x1000),
+        Step::Read(0x2008),
+        Step::Read(0x1008),
+        Step::Read(0x3010),
+        Step::Read(0x1010),
+        Step::Read(0x2000),
+        Step::Read(0x1018),
+        alloc(AllocKind::Free, 0, 0x2000, 0),
+        alloc(AllocKind::Malloc, 0x10, 0, 0x2000),
+        Step::Read(0x2000),
+        Step::Read(0x2020), // inside the freed block, past the new one
+        Step::Read(0x1020),
+        Step::Read(0x3000),
+    ]);
+    let reads: Vec<(u64, u64, u64)> = model.allocations.iter().map(|a| (a.address, a.size, a.reads)).collect();
+    assert_eq!(reads, vec![(0x1000, 0x100, 5), (0x2000, 0x40, 2), (0x3000, 0x40, 2), (0x2000, 0x10, 1)]);
+}
+
 /// A read inside a block that crosses into the next line tints that line
 /// only if a live block overlaps it: that the read's address is inside a
 /// block (which the decoding pass already knows for the line it is in)
