@@ -20,11 +20,11 @@
 //! multiply, the accesses the trace holds. It prints both medians and
 //! their ratio. Then, the same way, a heap-heavy program:
 //! examples/c/heap_reads.c's `work`, random reads over 200,000 live 64-byte
-//! blocks, each access attributed to its block. Finding those blocks, a
-//! walk of a tree of the live blocks for each access, is 30% of its
-//! decode's samples (`perf record`), so it decodes far fewer reads a second
-//! than the other traces (8.6M reads in 2.63 s against 99.9M in 7.07 s for
-//! `matmul_naive`: medians of 3 rounds, one run of this bench).
+//! blocks, each access attributed to its block. Finding those blocks (the
+//! two found last, then a walk of a tree of the live blocks) is a quarter
+//! of its decode's samples (`perf record`), so it decodes far fewer reads
+//! a second than the other traces (8.6M reads in 1.75 s against 99.9M in
+//! 7.29 s for `matmul_naive`: medians of 3 rounds, one run of this bench).
 //! `LINETRACE_BENCH_PROGRAM=0` skips both.
 //!
 //! `cargo bench --bench decode -- --draw TRACE COLUMNS_PER_PIXEL PICTURES`
