@@ -311,6 +311,37 @@ fn reads_alternating_between_blocks_count_in_each_and_never_in_a_freed_one() {
     assert_eq!(reads, vec![(0x1000, 0x100, 5), (0x2000, 0x40, 2), (0x3000, 0x40, 2), (0x2000, 0x10, 1)]);
 }
 
+/// A block inside another (a heap block in a mapping of the program's own)
+/// takes the reads that fall in it, whatever was read before: here the
+/// mapping's bytes before the block first, which a pass remembering the
+/// blocks it found last would also find holding the block's bytes. With
+/// the block made first, then the mapping, and the other way round.
+#[test]
+fn a_block_inside_another_takes_its_reads_whatever_was_read_before() {
+    let model = decode_allocations_and_reads(&[
+        alloc(AllocKind::Mmap, 0x10000, 0, 0x10000),
+        alloc(AllocKind::Malloc, 0x40, 0, 0x11000),
+        Step::Read(0x10010),
+        Step::Read(0x11008),
+        Step::Read(0x10020),
+        Step::Read(0x11010),
+    ]);
+    assert_eq!(reads_by_block(&model), vec![(0x10000, 2), (0x11000, 2)]);
+    // The same with the mapping made around the block.
+    let model = decode_allocations_and_reads(&[
+        alloc(AllocKind::Malloc, 0x40, 0, 0x31000),
+        alloc(AllocKind::Mmap, 0x10000, 0, 0x30000),
+        Step::Read(0x30010),
+        Step::Read(0x31008),
+    ]);
+    assert_eq!(reads_by_block(&model), vec![(0x31000, 1), (0x30000, 1)]);
+}
+
+/// (address, reads) of each allocation record, in order.
+fn reads_by_block(model: &Model) -> Vec<(u64, u64)> {
+    model.allocations.iter().map(|a| (a.address, a.reads)).collect()
+}
+
 /// A read inside a block that crosses into the next line tints that line
 /// only if a live block overlaps it: that the read's address is inside a
 /// block (which the decoding pass already knows for the line it is in)
