@@ -17,30 +17,46 @@
 use crate::spans::{CellMeans, RowMerger, Span, SpanRow};
 
 /// Most cells (blocks x rows) level 0 keeps before its blocks double.
-/// 2^25: a 100M-read trace of 512 rows keeps blocks of 2,048 columns.
+/// 2^24: a 100M-read trace of 512 rows keeps blocks of 4,096 columns (96
+/// MiB of level 0 at most).
 ///
 /// Every block is a span closed on the decoding pass's working-set thread,
-/// its busiest. On the 100M-read view-bench trace, at 2^26 (blocks of
-/// 1,024), that thread took 6.9-8.3 s of CPU, against 5.3-6.4 s at 2^25
-/// (3 alternating rounds). The whole decode took 9.3-10.4 s against
-/// 7.7-8.8 s (4 more alternating rounds, faster in each), with a peak RSS
-/// of 562-564 MiB against 347-350 MiB.
+/// its busiest, and closing one costs the same whatever its width: a pass
+/// over every row (the rows' fill, the quantized cells, the merges into
+/// the levels above) and a sort of the lines present. So the wider the
+/// blocks, the less of that thread's time goes to them:
+/// - 2^26 -> 2^25 (blocks of 1,024 -> 2,048 on the 100M-read view-bench
+///   trace): that thread's CPU 6.9-8.3 s -> 5.3-6.4 s (3 alternating
+///   rounds); the whole decode 9.3-10.4 s -> 7.7-8.8 s (4 more, faster in
+///   each), peak RSS 562-564 -> 347-350 MiB.
+/// - 2^25 -> 2^24, counted in instructions (`valgrind --tool=callgrind`,
+///   the same on a host whose speed drifts by half from run to run), on
+///   that pattern's 20M-read trace (blocks of 512 -> 1,024): the
+///   working-set thread 17.4G -> 10.4G instructions, the whole pass
+///   40.9G -> 33.8G; closing a block costs about 300,000 of them. On the
+///   100M-read trace (2,048 -> 4,096), 6 alternating rounds, faster in 5:
+///   median 10.07 -> 9.40 s, user CPU 19.4 -> 18.1 s, peak RSS 333 -> 259
+///   MiB.
 ///
 /// The cost is a coarser summary. A view of fewer columns a pixel than
-/// level 0's blocks replays its range. The zoom step at 1,802 columns a
-/// pixel replays 3.46M columns, 193-223 ms (`cargo bench --bench decode --
-/// --draw`). That holds unless the viewer summarized the range at rest
-/// first ([`crate::range_summary`]): then it draws in 32-38 ms, after a
-/// summary of 0.44-0.51 s made while the view rests. At 2^26 the step
-/// replaying the most columns was the one at 901 columns a pixel, 97-151
-/// ms.
-pub const MAX_LEVEL0_CELLS: usize = 1 << 25;
+/// level 0's blocks replays its range, unless the viewer summarized the
+/// range at rest first ([`crate::range_summary`]). On the 100M-read trace
+/// at 3,600 columns a pixel (`cargo bench --bench decode -- --draw`, 4
+/// pictures): 272-412 ms replayed, 41-49 ms from the summary made at rest
+/// (0.73-0.99 s), where blocks of 2,048 drew it from level 0 in 39-41 ms.
+/// The widest view replayed is just under level 0's width a pixel: 7.9M
+/// columns at 1,920 pixels (at 2^25, 3.46M columns at 1,802 columns a
+/// pixel took 193-223 ms; at 2^26, 97-151 ms).
+pub const MAX_LEVEL0_CELLS: usize = 1 << 24;
 /// Level-0 cells above which the level of twice level 0's width is left
 /// out (the next is four times as wide): its blocks are made, for level 2,
 /// and not kept. Level 0 is then most of the summary's memory, and the
 /// level above it half as much again; without it, a view of 2 to 4 blocks
 /// a pixel merges that many level-0 blocks a pixel, which costs less than
-/// the replay a missing finer level would.
+/// the replay a missing finer level would. With the default
+/// [`MAX_LEVEL0_CELLS`], no larger, level 0 reaches it only when a trace
+/// turns out longer than decoding expected, just before its blocks double:
+/// otherwise every level is kept.
 pub const SKIP_SECOND_LEVEL_CELLS: usize = 1 << 24;
 /// Width of level-0 blocks to start with: `2^9` columns. They double for
 /// long traces: when level 0 would pass [`MAX_LEVEL0_CELLS`], and early,
@@ -840,14 +856,14 @@ mod tests {
     }
 
     /// The widths [`MAX_LEVEL0_CELLS`]' docs promise: a 100M-read trace of
-    /// 512 rows gets blocks of 2,048 columns and no level of 4,096; a
+    /// 512 rows gets blocks of 4,096 columns and keeps every level; a
     /// 10M-read one keeps the first width and every level.
     #[test]
     fn the_default_limits_give_the_documented_block_widths() {
         let mut long = PyramidBuilder::default();
         long.expect(100_000_000, 512);
-        assert_eq!(1u64 << long.wanted_shift, 2_048);
-        assert!(long.expects_large_level0(), "level 1 is left out");
+        assert_eq!(1u64 << long.wanted_shift, 4_096);
+        assert!(!long.expects_large_level0(), "level 1 is kept");
         let mut short = PyramidBuilder::default();
         short.expect(10_000_000, 512);
         assert_eq!(short.wanted_shift, FIRST_SHIFT);
