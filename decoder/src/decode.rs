@@ -1487,7 +1487,7 @@ mod tests {
         drop(events);
         let expected: Vec<u64> = set_receiver
             .iter()
-            .flat_map(|batch| batch.iter().copied().collect::<Vec<_>>())
+            .flat_map(|batch| batch.to_vec())
             .filter_map(|op| match op {
                 SetOp::ExpectColumns { columns } => Some(columns),
                 _ => None,
