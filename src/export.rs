@@ -46,8 +46,9 @@ pub fn export(args: ExportArgs) -> Result<()> {
             ExportFormat::Speedscope => speedscope(&model, &names, &mut w)?,
             ExportFormat::Csv => csv(&model, &names, &mut w)?,
         }
-        w.flush().context("writing the export")
-    })();
+        w.flush().map_err(anyhow::Error::from)
+    })()
+    .with_context(|| format!("writing {}", args.output.display()));
     match written {
         Ok(()) => out.commit()?,
         Err(e) => {

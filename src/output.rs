@@ -3,6 +3,14 @@
 //! when complete. So an existing file is never truncated before the new one
 //! is known to be wanted, and a half-written file (the recorder was killed)
 //! cannot be mistaken for a finished one — yet stays readable.
+//!
+//! Only a regular file is replaced that way. An output that exists and is
+//! something else — a device (`-o /dev/null`), a pipe or a terminal (`-o
+//! /dev/stdout`, a shell's `-o >(gzip > f.gz)`) — is written to directly:
+//! renamed over, `/dev/stdout` became a regular file holding the export and
+//! nothing reached the pipe, and as root `-o /dev/null` deleted the device
+//! for every other program. A symbolic link to a regular file stays a link:
+//! the file it names is the one replaced.
 
 use std::fs::File;
 use std::io::Read;
@@ -25,7 +33,10 @@ pub enum Replace {
 /// An output file being written.
 #[derive(Debug)]
 pub struct PendingOutput {
+    /// Where the output ends up (for a link to a regular file, the file).
     path: PathBuf,
+    /// Where it is written until [`PendingOutput::commit`]: `path` itself
+    /// when it is not a regular file (see the module's doc).
     partial: PathBuf,
 }
 
@@ -39,15 +50,40 @@ impl PendingOutput {
         if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
             bail!("cannot create {}: it is a directory", path.display());
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-            && !dir.is_dir()
-        {
-            bail!("cannot create {}: no directory {}", path.display(), dir.display());
-        }
         for input in inputs {
             if same_file(path, input) {
                 bail!("refusing to write {}: it is also an input of this run ({})", path.display(), input.display());
             }
+        }
+        let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        match std::fs::metadata(path) {
+            // A device, a pipe, a terminal, a socket: nothing to replace,
+            // and nothing to sniff (reading a pipe or a terminal waits).
+            Ok(meta) if !meta.is_file() => return Ok(PendingOutput::direct(path)),
+            Ok(_) if is_link => {
+                let target = std::fs::canonicalize(path)
+                    .with_context(|| format!("cannot follow the link {}", path.display()))?;
+                return PendingOutput::replacing(&target, replace);
+            }
+            // A link to nothing yet: writing creates what it names.
+            Err(_) if is_link => return Ok(PendingOutput::direct(path)),
+            _ => {}
+        }
+        PendingOutput::replacing(path, replace)
+    }
+
+    /// Written in place: `path` exists and is not a regular file.
+    fn direct(path: &Path) -> PendingOutput {
+        PendingOutput { path: path.to_path_buf(), partial: path.to_path_buf() }
+    }
+
+    /// Written next to `path` and renamed over it: `path` is a regular
+    /// file or nothing, reached without a link.
+    fn replacing(path: &Path, replace: Replace) -> Result<PendingOutput> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+            && !dir.is_dir()
+        {
+            bail!("cannot create {}: no directory {}", path.display(), dir.display());
         }
         if path.exists() {
             let kind = sniff(path);
@@ -69,6 +105,11 @@ impl PendingOutput {
         Ok(PendingOutput { path: path.to_path_buf(), partial: PathBuf::from(partial) })
     }
 
+    /// Whether the output is written in place (see the module's doc).
+    fn is_direct(&self) -> bool {
+        self.partial == self.path
+    }
+
     /// Where to write until [`PendingOutput::commit`].
     pub fn partial(&self) -> &Path {
         &self.partial
@@ -86,6 +127,9 @@ impl PendingOutput {
 
     /// Moves the finished file into place.
     pub fn commit(self) -> Result<()> {
+        if self.is_direct() {
+            return Ok(());
+        }
         // The file it replaces goes first: renamed over an existing file,
         // ext4 (auto_da_alloc) writes the new one out before the rename
         // returns, ~10 ms of a 15 MB trace measured, to spare programs that
@@ -102,6 +146,9 @@ impl PendingOutput {
 
     /// Removes the temporary file (nothing worth keeping was written).
     pub fn abandon(self) {
+        if self.is_direct() {
+            return;
+        }
         let _ = std::fs::remove_file(&self.partial);
     }
 }
@@ -152,11 +199,17 @@ fn sniff(path: &Path) -> Kind {
 mod tests {
     use super::*;
 
-    #[test]
-    fn refuses_inputs_directories_and_foreign_files() {
+    /// A scratch directory holding a trace (its magic alone), `t.lntrace`.
+    fn dir_with_trace() -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().expect("tempdir");
         let trace = dir.path().join("t.lntrace");
         std::fs::write(&trace, trace_rt::format::MAGIC).expect("write");
+        (dir, trace)
+    }
+
+    #[test]
+    fn refuses_inputs_directories_and_foreign_files() {
+        let (dir, trace) = dir_with_trace();
         let text = dir.path().join("notes.txt");
         std::fs::write(&text, "keep me").expect("write");
         assert!(PendingOutput::new(&trace, &[&trace], Replace::Anything).is_err(), "an input");
@@ -167,6 +220,38 @@ mod tests {
         assert!(PendingOutput::new(&text, &[], Replace::Anything).is_ok(), "--force");
         let p = PendingOutput::new(&dir.path().join("new.png"), &[], Replace::NotTracesOrPrograms).expect("new");
         assert_eq!(p.partial(), dir.path().join("new.png.partial"));
+    }
+
+    /// A socket is not a regular file: written in place (here the write
+    /// itself would fail, as it should), neither refused as "not a trace"
+    /// nor removed when the output is committed.
+    #[test]
+    fn what_is_not_a_regular_file_is_neither_refused_nor_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("listening");
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let out = PendingOutput::new(&socket, &[], Replace::TracesOnly).expect("not refused");
+        assert_eq!(out.partial(), socket, "written in place");
+        out.commit().expect("commit");
+        let kind = std::fs::symlink_metadata(&socket).expect("still there").file_type();
+        assert!(std::os::unix::fs::FileTypeExt::is_socket(&kind), "still a socket");
+        assert!(!dir.path().join("listening.partial").exists());
+    }
+
+    /// A link to a trace: the trace is what is checked and replaced.
+    #[test]
+    fn a_link_is_followed_to_the_file_it_names() {
+        let (dir, trace) = dir_with_trace();
+        let link = dir.path().join("latest.lntrace");
+        std::os::unix::fs::symlink(&trace, &link).expect("symlink");
+        assert!(PendingOutput::new(&link, &[], Replace::NotTracesOrPrograms).is_err(), "a trace behind the link");
+        let out = PendingOutput::new(&link, &[], Replace::TracesOnly).expect("an old trace");
+        let real = std::fs::canonicalize(&trace).expect("canonical");
+        assert_eq!(out.partial(), real.with_file_name("t.lntrace.partial"));
+        std::fs::write(out.partial(), "new").expect("write");
+        out.commit().expect("commit");
+        assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&link).expect("read"), "new");
     }
 
     #[test]

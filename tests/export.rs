@@ -264,3 +264,39 @@ fn writes_after_the_last_read_are_exported() {
     let sum: u64 = folded.lines().filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok()).sum();
     assert_eq!(sum, 2, "{folded}");
 }
+
+/// An output that is not a regular file is written to, never replaced: a
+/// link to this process's standard output (what `-o /dev/stdout` is, into
+/// a pipe) carries the export down the pipe and stays a link; a link to a
+/// regular file stays a link, and the file it names gets the export.
+/// (Renamed over, `-o /dev/stdout` replaced the link with a regular file
+/// holding the export, and `-o /dev/null` as root deleted the device.)
+#[test]
+fn outputs_that_are_not_regular_files_are_written_through() {
+    let trace = fib_trace();
+    let expected = export(&trace, "folded", &[]);
+    assert!(!expected.is_empty());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+
+    let to_stdout = dir.path().join("stdout");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &to_stdout).expect("symlink");
+    let mut cmd = linetrace();
+    cmd.args(["export", "--format", "folded", "-o"]).arg(&to_stdout).arg(&trace);
+    // Before the fix, the output check read the pipe it writes to, and
+    // waited for ever.
+    let run = run_bounded(cmd, std::time::Duration::from_secs(60));
+    assert!(!run.timed_out && run.code == Some(0), "export to a pipe: {}", run.stderr);
+    assert_eq!(run.stdout, expected, "the export goes down the pipe");
+    assert!(is_link(&to_stdout), "the link is left alone");
+    assert!(!dir.path().join("stdout.partial").exists());
+
+    let real = dir.path().join("real.folded");
+    std::fs::write(&real, "old").expect("write");
+    let link = dir.path().join("link.folded");
+    std::os::unix::fs::symlink(&real, &link).expect("symlink");
+    let out = linetrace().args(["export", "--format", "folded", "-o"]).arg(&link).arg(&trace).output().expect("export");
+    assert!(out.status.success(), "export through a link: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(is_link(&link), "the link stays a link");
+    assert_eq!(std::fs::read_to_string(&real).expect("read"), expected, "the file it names has the export");
+}
