@@ -55,9 +55,33 @@ pub fn trace_file_len(file: &Path) -> Result<u64> {
     Ok(meta.len())
 }
 
+/// [`trace_file_len`] of a trace read more than once — decoded, then read
+/// again for the chunks a picture replays, the index of its threads, its
+/// header — which a pipe cannot give: an error that says so, where
+/// the second read of a pipe said "bad magic" (`report <(zstdcat t.lntrace.zst)`).
+pub fn rereadable_trace_len(file: &Path) -> Result<u64> {
+    use std::os::unix::fs::FileTypeExt;
+    let len = trace_file_len(file)?;
+    let kind = std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?.file_type();
+    let what = if kind.is_fifo() {
+        "a pipe"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        return Ok(len);
+    };
+    anyhow::bail!(
+        "{} is {what}, not a file: a trace is read more than once (decoded, then read again as it is drawn), \
+         so save it to a file first (only `dump` reads a stream)",
+        file.display()
+    )
+}
+
 /// Decodes a trace, with a progress bar when that takes over a second.
 pub fn decode(file: &Path, args: &crate::cli::DecodeArgs) -> Result<Model> {
-    let total = trace_file_len(file)?;
+    let total = rereadable_trace_len(file)?;
     let mut bar = LazyProgress::new("decoding");
     let model = Model::decode(file, &args.options(), &mut |done| bar.update(done, total))
         .with_context(|| format!("decoding {}", file.display()));

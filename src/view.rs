@@ -12,7 +12,7 @@ use crate::cli::{DemoArgs, ViewArgs};
 /// Opens the viewer (or draws a screenshot) of a trace.
 pub fn view(args: ViewArgs) -> Result<()> {
     for file in std::iter::once(&args.file).chain(&args.compare) {
-        crate::progress::trace_file_len(file)?;
+        crate::progress::rereadable_trace_len(file)?;
     }
     let mut options = viewer::ViewerOptions::new(args.file.clone());
     options.decode = args.decode.options();

@@ -456,6 +456,50 @@ fn a_directory_given_as_a_trace_is_named_as_one() {
     }
 }
 
+/// A pipe where a trace is expected (`report <(zstdcat t.lntrace.zst)`):
+/// every command that reads the trace more than once says it needs a
+/// file, before it reads anything (the second read of the pipe said "bad
+/// magic", or the viewer "cut off inside its header"; a pipe nobody
+/// writes to waited for ever); `dump`, which reads once, reads it.
+#[test]
+fn a_pipe_given_as_a_trace_is_named_as_one() {
+    let dir = scratch("pipe-as-trace");
+    let fifo = dir.join("trace.fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().expect("path")).expect("path");
+    // SAFETY: a valid C string; mkfifo only creates the file.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let trace = fixture_trace();
+    let (p, t) = (fifo.to_str().expect("path"), trace.to_str().expect("path"));
+    let png = dir.join("x.png");
+    let png = png.to_str().expect("path");
+    let runs: [&[&str]; 7] = [
+        &["report", p],
+        &["render", p, "-o", png],
+        &["at", p, "--column", "1"],
+        &["export", p, "--format", "csv", "-o", "/dev/null"],
+        &["diff", t, p],
+        &["view", p, "--screenshot", png],
+        &["view", t, p, "--screenshot", png],
+    ];
+    for args in runs {
+        let mut cmd = linetrace();
+        cmd.args(args);
+        let run = run_bounded(cmd, Duration::from_secs(30));
+        assert!(!run.timed_out && run.code == Some(2), "{args:?}: {:?} {}", run.code, run.stderr);
+        assert!(run.stderr.contains(&format!("{p} is a pipe, not a file")), "{args:?}: {}", run.stderr);
+    }
+    let bytes = std::fs::read(&trace).expect("fixture");
+    let to_pipe = fifo.clone();
+    let writer = std::thread::spawn(move || std::fs::write(to_pipe, bytes));
+    let mut cmd = linetrace();
+    cmd.args(["dump", p]);
+    let piped = run_bounded(cmd, Duration::from_secs(30));
+    writer.join().expect("writer").expect("write the pipe");
+    assert_eq!(piped.code, Some(0), "dump of a pipe: {}", piped.stderr);
+    let from_file = linetrace().args(["dump", t]).output().expect("dump");
+    assert_eq!(piped.stdout, String::from_utf8_lossy(&from_file.stdout), "the same events");
+}
+
 /// The checked-in trace of array_sweep's `work`.
 fn fixture_trace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace")
