@@ -678,6 +678,10 @@ pub struct ViewArgs {
     /// compare mode: the script steers A, B follows).
     #[arg(long, value_name = "JSON", conflicts_with = "screenshot")]
     pub bench_json: Option<PathBuf>,
+    /// Replace the files of --screenshot, --state and --bench-json even if
+    /// they are traces or programs.
+    #[arg(long)]
+    pub force: bool,
     /// Decoding settings.
     #[command(flatten)]
     pub decode: DecodeArgs,

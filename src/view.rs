@@ -8,12 +8,17 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cli::{DemoArgs, ViewArgs};
+use crate::output::{PendingOutput, Replace};
 
 /// Opens the viewer (or draws a screenshot) of a trace.
 pub fn view(args: ViewArgs) -> Result<()> {
     for file in std::iter::once(&args.file).chain(&args.compare) {
         crate::progress::rereadable_trace_len(file)?;
     }
+    let inputs: Vec<&Path> = std::iter::once(args.file.as_path()).chain(args.compare.as_deref()).collect();
+    let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
+    let json = [args.state.as_deref(), args.bench_json.as_deref()];
+    check_outputs(args.screenshot.as_deref(), json, &inputs, replace)?;
     let mut options = viewer::ViewerOptions::new(args.file.clone());
     options.decode = args.decode.options();
     options.decode.validate().map_err(anyhow::Error::msg)?;
@@ -54,6 +59,29 @@ pub fn view(args: ViewArgs) -> Result<()> {
     }
     options.compare = args.compare;
     run_viewer(options)
+}
+
+/// The files a run writes when it ends (the screenshot, the UI's state,
+/// a bench report), checked before anything is decoded or drawn, as
+/// `render` checks its output: a missing directory or an image format the
+/// viewer cannot write was found only after the picture was made, and
+/// `--state` naming the trace replaced the trace with JSON.
+fn check_outputs(
+    screenshot: Option<&Path>,
+    json: [Option<&Path>; 2],
+    inputs: &[&Path],
+    replace: Replace,
+) -> Result<()> {
+    for path in std::iter::once(screenshot).chain(json).flatten() {
+        PendingOutput::new(path, inputs, replace)?;
+    }
+    if let Some(path) = screenshot {
+        let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+        if ext != "png" {
+            bail!("--screenshot {}: the viewer's screenshots are PNG images; name it .png", path.display());
+        }
+    }
+    Ok(())
 }
 
 /// True for a trace of `record --allocations` (said on stderr): the

@@ -500,6 +500,35 @@ fn a_pipe_given_as_a_trace_is_named_as_one() {
     assert_eq!(piped.stdout, String::from_utf8_lossy(&from_file.stdout), "the same events");
 }
 
+/// The viewer's outputs are checked before it decodes or draws, as
+/// `render`'s are: `--state` naming the trace replaced the trace with JSON,
+/// and a missing directory or a format it cannot write was found only
+/// after the picture was made.
+#[test]
+fn the_viewers_outputs_are_checked_first() {
+    let dir = scratch("viewer-outputs");
+    let trace = dir.join("t.lntrace");
+    std::fs::copy(fixture_trace(), &trace).expect("copy");
+    let original = std::fs::read(&trace).expect("read");
+    let (t, png) = (trace.to_str().expect("path"), dir.join("x.png"));
+    let png = png.to_str().expect("path");
+    let cases: [(&[&str], &str); 4] = [
+        (&["--screenshot", png, "--state", t], "it is also an input of this run"),
+        (&["--bench-json", t], "it is also an input of this run"),
+        (&["--screenshot", "/nonexistent-dir/x.png"], "no directory /nonexistent-dir"),
+        (&["--screenshot", "x.jpg"], "the viewer's screenshots are PNG images"),
+    ];
+    for (flags, message) in cases {
+        let mut cmd = linetrace();
+        cmd.arg("view").arg(&trace).args(flags).env_remove("DISPLAY");
+        let run = run_bounded(cmd, Duration::from_secs(120));
+        assert_eq!(run.code, Some(2), "{flags:?}: {}", run.stderr);
+        assert!(run.stderr.contains(message), "{flags:?}: {}", run.stderr);
+        assert_eq!(std::fs::read(&trace).expect("read"), original, "{flags:?}: the trace is untouched");
+        assert!(!Path::new(png).exists(), "{flags:?}: nothing drawn");
+    }
+}
+
 /// The checked-in trace of array_sweep's `work`.
 fn fixture_trace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace")
