@@ -67,9 +67,7 @@ use crate::allocations::{AllocationIndex, AllocationRecord, ProgramBreakMove, bl
 use crate::cache::{CacheConfig, CacheMisses, CacheReport, CacheSimulator, MissFlags, Outcome};
 use crate::calltree::{CallTreeBuilder, OpenStack, apply_control};
 use crate::lines::LineSize;
-use crate::model::{
-    Access, DecodeOptions, MAX_SNAPSHOTS, Metrics, Model, SiteCounts, Snapshot, WorkingSetIndex, access_of,
-};
+use crate::model::{Access, DecodeOptions, Metrics, Model, SiteCounts, Snapshot, WorkingSetIndex, access_of};
 use crate::pyramid::{BitmapPyramid, HeapSoFar, Preview, PyramidBuilder};
 use crate::reuse::ReuseQueue;
 use crate::spans::SpanAccumulator;
@@ -921,6 +919,8 @@ struct EventStage {
     recent_blocks: RecentBlocks,
     snapshots: Vec<SnapshotPlace>,
     snapshot_every: u64,
+    /// Snapshots kept at most ([`crate::model::max_snapshots`]).
+    max_snapshots: usize,
     chunk_serial: u64,
     /// String id of the program exec'd into.
     exec: Option<u32>,
@@ -1005,6 +1005,7 @@ impl EventStage {
             recent_blocks: RecentBlocks::default(),
             snapshots: Vec::new(),
             snapshot_every: options.snapshot_every.max(1),
+            max_snapshots: crate::model::max_snapshots(&options.working_set),
             chunk_serial: 0,
             exec: None,
             file_bytes,
@@ -1155,7 +1156,7 @@ impl EventStage {
         if !due {
             return;
         }
-        if self.snapshots.len() >= MAX_SNAPSHOTS {
+        if self.snapshots.len() >= self.max_snapshots {
             // Keep every other snapshot; the first (column 0) always stays.
             let mut i = 0;
             self.snapshots.retain(|_| {

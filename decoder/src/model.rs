@@ -14,7 +14,7 @@
 //!   column range are found by binary search ([`CallTree::overlapping`]).
 //! - **working set index** ([`WorkingSetIndex`]): snapshots of the working
 //!   set at events-chunk boundaries (at most one per `snapshot_every`
-//!   columns, at most [`MAX_SNAPSHOTS`] in all: the interval doubles when
+//!   columns, at most [`max_snapshots`] in all: the interval doubles when
 //!   they would be more). Any column is reached by restoring the snapshot
 //!   before it and replaying the trace from that chunk:
 //!   [`crate::cursor::ColumnCursor`], the one way every consumer walks
@@ -73,8 +73,36 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 pub const MODEL_VERSION: u32 = 7;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
-/// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first.
+/// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first (with
+/// a large working set, fewer are kept: [`max_snapshots`]).
 pub const MAX_SNAPSHOTS: usize = 1024;
+
+/// Memory the snapshots' lines may take in all, for a set as large as its
+/// settings allow. A snapshot holds every line of the set: with 65,536 rows
+/// (the viewer's largest max age) each was 7 MiB, and [`MAX_SNAPSHOTS`] of
+/// them 7.5 GB. The view bench's 100M-read trace (a snapshot per chunk,
+/// 339), decoded alone with that max age: peak RSS 2.78 -> 1.39 GB with 120
+/// snapshots kept; a replay of 1,920 columns at 12 places, which restores a
+/// snapshot and replays from it, median 162 -> 226 ms, slowest 187 -> 387
+/// ms. At max age 32,768: 1.53 -> 1.37 GB, 193 snapshots, the replays the
+/// same (median 158 and 161 ms). (With 512 MiB: 0.88 GB, but replays up to
+/// 1.3 s.)
+pub const SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// Fewest snapshots kept, however large the set.
+pub const MIN_SNAPSHOTS: usize = 16;
+
+/// Most snapshots kept with working-set settings `config`: [`MAX_SNAPSHOTS`],
+/// or as many as [`SNAPSHOT_BYTES`] holds when the set can hold more lines
+/// (it holds at most `max_rows`, and at most `max_age`: each miss brings in
+/// one line, and a line leaves `max_age` misses after it was last touched),
+/// but never under [`MIN_SNAPSHOTS`]. The lines of 512-row sets (the
+/// default) fit [`MAX_SNAPSHOTS`] in 56 MiB.
+pub fn max_snapshots(config: &WorkingSetConfig) -> usize {
+    let rows = config.max_rows.min(config.max_age).max(1) as usize;
+    let per_snapshot = rows * std::mem::size_of::<LineState>();
+    (SNAPSHOT_BYTES / per_snapshot).clamp(MIN_SNAPSHOTS, MAX_SNAPSHOTS)
+}
 
 /// How to decode.
 #[derive(Clone, Copy, Debug)]

@@ -37,6 +37,18 @@ fn write_trace(reads: &[(u64, u32)], finish: bool, chunk: usize) -> tempfile::Te
     path
 }
 
+/// `n` reads of `stride` bytes at random multiples of `stride` below
+/// `places * stride`, from a seeded generator.
+fn random_reads(seed: u64, n: usize, places: u64, stride: u32) -> Vec<(u64, u32)> {
+    let mut seed = seed;
+    (0..n)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (((seed >> 33) % places) * u64::from(stride), stride)
+        })
+        .collect()
+}
+
 fn options(max_age: u32, max_rows: u32, snapshot_every: u64) -> DecodeOptions {
     DecodeOptions {
         working_set: WorkingSetConfig { line_size: 64, max_age, max_rows },
@@ -137,13 +149,7 @@ fn a_single_access_stays_visible_with_alpha_below_one() {
 
 #[test]
 fn replay_from_any_snapshot_matches_a_straight_run() {
-    let mut seed = 1u64;
-    let reads: Vec<(u64, u32)> = (0..5000)
-        .map(|_| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (((seed >> 33) % 300) * 16, 16)
-        })
-        .collect();
+    let reads = random_reads(1, 5000, 300, 16);
     let path = write_trace(&reads, true, 256);
     let coarse = Model::decode(&path, &options(32, 32, u64::MAX), &mut |_| {}).expect("decode");
     let fine = Model::decode(&path, &options(32, 32, 10), &mut |_| {}).expect("decode");
@@ -157,6 +163,36 @@ fn replay_from_any_snapshot_matches_a_straight_run() {
         assert_eq!(a.len() as u64, to - from);
         let first_difference = a.iter().zip(&b).position(|(x, y)| x != y);
         assert_eq!(first_difference, None, "columns {from}..{to}");
+    }
+}
+
+/// A working set that may hold many lines keeps fewer snapshots, so their
+/// memory stays bounded ([`decoder::model::max_snapshots`]): 65,536 rows
+/// (the viewer's largest max age) keep 146 where 512 rows keep 1,024, and
+/// the columns between them still replay to the straight run's sets.
+#[test]
+fn a_large_working_set_keeps_fewer_snapshots() {
+    use decoder::model::{MAX_SNAPSHOTS, SNAPSHOT_BYTES, max_snapshots};
+    let large = options(65_536, 65_536, 4);
+    let kept = max_snapshots(&large.working_set);
+    assert!(kept < MAX_SNAPSHOTS / 4, "{kept}");
+    let per_snapshot = 65_536 * std::mem::size_of::<decoder::working_set::LineState>();
+    assert!(kept * per_snapshot <= SNAPSHOT_BYTES, "{kept} snapshots of {per_snapshot} bytes");
+    assert_eq!(max_snapshots(&options(512, 512, 4).working_set), MAX_SNAPSHOTS, "the default keeps all");
+    assert_eq!(max_snapshots(&options(65_536, 512, 4).working_set), MAX_SNAPSHOTS, "rows cap the set");
+
+    let reads: Vec<(u64, u32)> = random_reads(7, 20_000, 3000, 64).into_iter().map(|(a, _)| (a, 8)).collect();
+    let path = write_trace(&reads, true, 256);
+    let model = Model::decode(&path, &large, &mut |_| {}).expect("decode");
+    let snapshots = model.working_set.snapshots.len();
+    assert!(snapshots <= kept && snapshots > kept / 4, "{snapshots} snapshots, at most {kept}");
+    let straight = Model::decode(&path, &options(65_536, 65_536, u64::MAX), &mut |_| {}).expect("decode");
+    for (from, to) in [(0, 40), (7_777, 7_800), (19_990, 20_000)] {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        straight.replay(from, to, |c, s, _| a.push((c, s.lines().to_vec()))).expect("replay");
+        model.replay(from, to, |c, s, _| b.push((c, s.lines().to_vec()))).expect("replay");
+        assert_eq!(a.len() as u64, to - from);
+        assert!(a == b, "columns {from}..{to}");
     }
 }
 
