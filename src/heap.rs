@@ -45,6 +45,8 @@ struct HeapJson<'a> {
     trace: String,
     metadata: &'a trace_rt::format::Metadata,
     status: String,
+    /// How the program ended (a heap "at end" of a crash is no leak).
+    exit: Option<instrument::TargetExit>,
     heap: &'a HeapReport,
 }
 
@@ -54,7 +56,8 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     let status = model.status_note().unwrap_or_else(|| "complete".to_string());
     let mut out = std::io::stdout().lock();
     if json {
-        let doc = HeapJson { trace: trace.display().to_string(), metadata: &model.metadata, status, heap: &heap };
+        let exit = crate::report::target_exit(model);
+        let doc = HeapJson { trace: trace.display().to_string(), metadata: &model.metadata, status, exit, heap: &heap };
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
         return Ok(());
@@ -63,6 +66,7 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     writeln!(out, "trace:      {}", trace.display())?;
     writeln!(out, "program:    {}", model.metadata.argv.join(" "))?;
     writeln!(out, "status:     {status}")?;
+    writeln!(out, "target:     {}", crate::report::describe_exit(crate::report::target_exit(model)))?;
     writeln!(out, "allocator calls: {}", h.events)?;
     writeln!(
         out,

@@ -101,10 +101,7 @@ pub fn report(args: ReportArgs) -> Result<()> {
         Some(ReportGrouping::Allocation) => by_allocation = Some(allocation_table(&model, &symbols)),
         None => {}
     }
-    let exit = match &model.end {
-        TraceEnd::Finished(t) => t.exit,
-        TraceEnd::Cut { .. } => None,
-    };
+    let exit = target_exit(&model);
     let report = Report {
         trace: args.file.display().to_string(),
         metadata: &model.metadata,
@@ -147,12 +144,7 @@ pub fn report(args: ReportArgs) -> Result<()> {
     writeln!(out, "function:   {}", m.function.as_deref().unwrap_or("?"))?;
     writeln!(out, "backend:    {}", m.backend)?;
     writeln!(out, "status:     {}", report.status)?;
-    let exit = match report.exit {
-        Some(instrument::TargetExit::Code(c)) => format!("exited with code {c}"),
-        Some(instrument::TargetExit::Signal(s)) => format!("killed by signal {s}"),
-        None => "unknown (recording did not see the end)".to_string(),
-    };
-    writeln!(out, "target:     {exit}")?;
+    writeln!(out, "target:     {}", describe_exit(report.exit))?;
     if let Some(program) = report.exec {
         writeln!(out, "exec:       {program} (tracing stopped there)")?;
     }
@@ -259,4 +251,22 @@ pub fn report(args: ReportArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How the traced program ended, as the trace's trailer says (none for a
+/// trace cut short).
+pub fn target_exit(model: &decoder::model::Model) -> Option<instrument::TargetExit> {
+    match &model.end {
+        TraceEnd::Finished(t) => t.exit,
+        TraceEnd::Cut { .. } => None,
+    }
+}
+
+/// [`target_exit`] for people.
+pub fn describe_exit(exit: Option<instrument::TargetExit>) -> String {
+    match exit {
+        Some(instrument::TargetExit::Code(c)) => format!("exited with code {c}"),
+        Some(instrument::TargetExit::Signal(s)) => format!("killed by signal {s}"),
+        None => "unknown (recording did not see the end)".to_string(),
+    }
 }

@@ -180,6 +180,19 @@ fn a_crash_keeps_every_call_made_before_it() {
     let out = record_allocations(&bin, &["4000", "1", "crash"], &crashed);
     assert_eq!(out.status.code(), Some(128 + 11), "exits as the program died: {out:?}");
     assert_eq!(ours(&heap_report(&crashed)), ours(&heap_report(&normal)));
+    // The heap report says how the program ended: what a crash leaves is
+    // no leak (it said nothing of it).
+    let text = |trace: &Path| {
+        let out = linetrace().args(["report", "--allocations"]).arg(trace).output().expect("report runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(text(&crashed).contains("target:     killed by signal 11"), "{}", text(&crashed));
+    assert!(text(&normal).contains("target:     exited with code 0"), "{}", text(&normal));
+    let json = |trace: &Path| {
+        let out = linetrace().args(["report", "--allocations", "--json"]).arg(trace).output().expect("report runs");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("JSON")["exit"].clone()
+    };
+    assert_eq!(json(&crashed), serde_json::json!({ "Signal": 11 }));
 }
 
 /// The agent's own unwinder gives, on every call, the stacks glibc's
