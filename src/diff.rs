@@ -15,6 +15,7 @@ use crate::progress::decode;
 pub fn diff(args: DiffArgs) -> Result<ExitCode> {
     let a = decode(&args.a, &args.decode)?;
     let b = decode(&args.b, &args.decode)?;
+    crate::heap::refuse_mixed_kinds((&args.a, &a.metadata), (&args.b, &b.metadata), "diff")?;
     let paths = args.decode.symbol_paths();
     let (sa, sb) = (Symbolizer::with_paths(&a.modules, paths.clone()), Symbolizer::with_paths(&b.modules, paths));
     let grouping = match args.by {

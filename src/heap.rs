@@ -22,6 +22,30 @@ pub fn heap_implied(metadata: &trace_rt::format::Metadata, command: &str) -> boo
     implied
 }
 
+/// Refuses to compare (`command`: `diff`, `view A B`) a trace of `record
+/// --allocations` with one of a function's accesses: every access figure of
+/// the first would face zeros, as if the function read nothing, and every
+/// heap figure of the second zeros of a function that may allocate.
+pub fn refuse_mixed_kinds(
+    a: (&std::path::Path, &trace_rt::format::Metadata),
+    b: (&std::path::Path, &trace_rt::format::Metadata),
+    command: &str,
+) -> Result<()> {
+    let kind = |m: &trace_rt::format::Metadata| {
+        if m.records_allocations_only() { "`record --allocations` (a heap, no reads)" } else { "a function's accesses" }
+    };
+    if a.1.records_allocations_only() != b.1.records_allocations_only() {
+        anyhow::bail!(
+            "{command} compares two traces of a kind: {} is a trace of {}, {} of {}",
+            a.0.display(),
+            kind(a.1),
+            b.0.display(),
+            kind(b.1)
+        );
+    }
+    Ok(())
+}
+
 /// Refuses a trace of `record --allocations` for `command`, which shows
 /// memory accesses (`at`, `export`): it has none, and an empty answer
 /// would look like a function that read nothing.

@@ -15,6 +15,11 @@ pub fn view(args: ViewArgs) -> Result<()> {
     for file in std::iter::once(&args.file).chain(&args.compare) {
         crate::progress::rereadable_trace_len(file)?;
     }
+    if let Some(b) = &args.compare
+        && let (Some(a_meta), Some(b_meta)) = (header(&args.file), header(b))
+    {
+        crate::heap::refuse_mixed_kinds((&args.file, &a_meta), (b, &b_meta), "view A B")?;
+    }
     let inputs: Vec<&Path> = std::iter::once(args.file.as_path()).chain(args.compare.as_deref()).collect();
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
     let json = [args.state.as_deref(), args.bench_json.as_deref()];
@@ -89,9 +94,14 @@ fn check_outputs(
 /// show. Read from the header; a file that has none is left to the
 /// viewer, which says what is wrong with it.
 fn records_allocations_only(trace: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(trace) else { return false };
-    trace_rt::format::TraceReader::new(std::io::BufReader::new(file))
-        .is_ok_and(|reader| crate::heap::heap_implied(reader.metadata(), "view"))
+    header(trace).is_some_and(|metadata| crate::heap::heap_implied(&metadata, "view"))
+}
+
+/// The metadata in the header of `trace`; `None` for a file that has none,
+/// left to the viewer, which says what is wrong with it.
+fn header(trace: &Path) -> Option<trace_rt::format::Metadata> {
+    let file = std::fs::File::open(trace).ok()?;
+    trace_rt::format::TraceReader::new(std::io::BufReader::new(file)).ok().map(|reader| reader.metadata().clone())
 }
 
 /// Runs the viewer, on a display of its own when there is none and it

@@ -166,4 +166,17 @@ fn allocation_traces_compare_by_their_heaps() {
     let (code, stderr) = gate("reads>+5%");
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("this comparison has no reads"), "{stderr}");
+
+    // Against a trace of a function's accesses, diff and the compare view
+    // refuse, either way round: every read of the one faced a 0 of the
+    // other, as if it read nothing ("reads 1501 0 0.000x").
+    let accesses = root().join("tests/data/array_sweep_work.lntrace");
+    for (a, b) in [(&accesses, &ta), (&ta, &accesses)] {
+        for command in [&["diff"][..], &["view", "--screenshot", "/nonexistent-dir/x.png"]] {
+            let out = linetrace().args(&command[..1]).arg(a).arg(b).args(&command[1..]).output().expect("runs");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+            assert!(stderr.contains("compares two traces of a kind"), "{command:?}: {stderr}");
+        }
+    }
 }
