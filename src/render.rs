@@ -81,13 +81,12 @@ pub fn render(args: RenderArgs) -> Result<()> {
     if let Some(status) = model.status_note() {
         eprintln!("linetrace: note: the trace is {status}");
     }
-    eprintln!(
-        "linetrace: wrote {} ({}x{}, {} columns)",
-        args.output.display(),
-        image.width,
-        image.height,
-        model.columns
-    );
+    // The columns drawn (it said the trace's, with --columns too).
+    let drawn = match columns {
+        Some((a, b)) => format!("columns {a}..{b} of {}", model.columns),
+        None => format!("{} columns", model.columns),
+    };
+    eprintln!("linetrace: wrote {} ({}x{}, {drawn})", args.output.display(), image.width, image.height);
     Ok(())
 }
 

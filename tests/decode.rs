@@ -154,26 +154,35 @@ fn report_tables_name_functions_and_allocation_sites() {
     assert!(churn["self_reads"].as_u64() < churn["total_reads"].as_u64(), "churn calls memset/mmap");
 }
 
-/// A bad column range or size is a clear error.
+/// A bad column range or size is a clear error, naming what is wrong;
+/// a good range is drawn and named. (Written to /dev/null, which has no
+/// image extension, every case failed for that alone.)
 #[test]
 fn render_rejects_bad_settings() {
     let bin = c_example("array_sweep", &[]);
     let trace = trace_path("render-bad");
     assert!(record(&bin, "work", &[], &trace).status.success());
-    for args in [
-        vec!["--columns", "10..5"],
-        vec!["--columns", "0..99999"],
-        vec!["--columns", "x"],
-        vec!["--alpha", "0"],
-        vec!["--width", "3"],
-        vec!["--width", "100000", "--height", "100000"],
-        vec!["--line-size", "48"],
+    let png = trace.with_extension("png");
+    let render = |args: &[&str]| linetrace().arg("render").args(args).arg("-o").arg(&png).arg(&trace).output();
+    for (args, cause) in [
+        (&["--columns", "10..5"][..], "the range is empty"),
+        (&["--columns", "0..99999"], "outside the trace's 376 columns"),
+        (&["--columns", "x"], "expected A..B"),
+        (&["--alpha", "0"], "alpha 0 must be a positive number"),
+        (&["--width", "3"], "at least 16x32 pixels"),
+        (&["--width", "100000", "--height", "100000"], "pixel limit"),
+        (&["--line-size", "48"], "line size 48 must be a power of two"),
     ] {
-        let out = linetrace().arg("render").args(&args).arg("-o").arg("/dev/null").arg(&trace).output().expect("runs");
+        let out = render(args).expect("runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} must fail");
-        assert!(stderr.starts_with("linetrace: error:") && !stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args:?} must fail: {stderr}");
+        assert!(stderr.starts_with("linetrace: error:") && stderr.contains(cause), "{args:?}: {stderr}");
+        assert!(!png.exists(), "{args:?}: nothing written");
     }
+    let out = render(&["--columns", "100..110"]).expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("columns 100..110 of 376)"), "the range drawn is named: {stderr}");
 }
 
 /// Source lines of `work` from a trace of `program`, symbolized with
