@@ -78,9 +78,9 @@ struct HeapJson<'a> {
 pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json: bool, limit: usize) -> Result<()> {
     let heap = decoder::heap::analyse(model, symbols);
     let status = model.status_note().unwrap_or_else(|| "complete".to_string());
+    let exit = crate::report::target_exit(model);
     let mut out = std::io::stdout().lock();
     if json {
-        let exit = crate::report::target_exit(model);
         let doc = HeapJson { trace: trace.display().to_string(), metadata: &model.metadata, status, exit, heap: &heap };
         serde_json::to_writer_pretty(&mut out, &doc)?;
         writeln!(out)?;
@@ -90,7 +90,7 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     writeln!(out, "trace:      {}", trace.display())?;
     writeln!(out, "program:    {}", model.metadata.argv.join(" "))?;
     writeln!(out, "status:     {status}")?;
-    writeln!(out, "target:     {}", crate::report::describe_exit(crate::report::target_exit(model)))?;
+    writeln!(out, "target:     {}", crate::report::describe_exit(exit))?;
     writeln!(out, "allocator calls: {}", h.events)?;
     writeln!(
         out,
