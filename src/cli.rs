@@ -630,7 +630,9 @@ pub struct ViewArgs {
     #[arg(long, value_name = "JSON", requires = "screenshot")]
     pub state: Option<PathBuf>,
     /// With --screenshot: hover this point, COLUMN or COLUMN,ROW (compare
-    /// mode: the deepest frame of A at COLUMN).
+    /// mode: the deepest frame of A at COLUMN). A point with nothing under
+    /// it (past the trace's end, a row the working set does not reach
+    /// there) fails the run, as `at` does.
     #[arg(long, value_name = "COLUMN[,ROW]", requires = "screenshot", value_parser = parse_hover)]
     pub hover: Option<(u64, Option<usize>)>,
     /// With --allocations --hover: open the source of the hovered block's

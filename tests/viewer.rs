@@ -1002,3 +1002,51 @@ fn the_status_line_says_why_code_shows_as_question_marks() {
     let why = format!("cannot read {}", program.display());
     assert!(status.contains(&why) && status.contains("its code shows as ??"), "{status}");
 }
+
+/// A screenshot's `--hover` at a point with nothing under it fails the run
+/// and says why, as `at` does, in each of the three views: before, the
+/// single view saved the error as its tooltip and exited 0, and the
+/// compare and allocations views waited for a tooltip for ten minutes
+/// before they gave up with "the picture was not ready".
+#[test]
+fn a_hover_with_nothing_under_it_fails_the_screenshot() {
+    let sweep = fixture("array_sweep_work.lntrace");
+    let columns = Model::decode(&sweep, &DecodeOptions::default(), &mut |_| {}).expect("decode").columns;
+    let (heap_trace, heap) = heap_mix_allocations("heap-mix-hover-nothing");
+    let events = heap.total.allocations;
+    let (sweep, heap_trace) = (sweep.to_str().expect("path"), heap_trace.to_str().expect("path"));
+    let past = columns.to_string();
+    let past_events = (events + 10).to_string();
+    let cases: [(Vec<&str>, String); 6] = [
+        (
+            vec![sweep, "--hover", &past],
+            format!("--hover {columns}: invalid setting: column {columns} is past the trace's {columns} columns"),
+        ),
+        (
+            vec![sweep, "--hover", "100,100000"],
+            "--hover 100,100000: invalid setting: row 100000 is empty at column 100".into(),
+        ),
+        (
+            vec![sweep, sweep, "--hover", &past],
+            format!("--hover {columns}: column {columns} is past A's {columns} columns"),
+        ),
+        (vec![sweep, "--allocations", "--hover", "3"], "--hover 3: this trace has no heap blocks to hover".into()),
+        (
+            vec![heap_trace, "--hover", &past_events],
+            format!("--hover {past_events}: {past_events} is past the trace's {events} allocation events"),
+        ),
+        (vec![heap_trace, "--hover", "10,5000"], "--hover 10,5000: pixel row 5000 is below the picture's".into()),
+    ];
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("viewer");
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (i, (args, message)) in cases.iter().enumerate() {
+        let png = dir.join(format!("hover-nothing-{}-{i}.png", std::process::id()));
+        let mut cmd = linetrace();
+        cmd.arg("view").args(args).args(["--size", "1000x600", "--screenshot"]).arg(&png).env_remove("DISPLAY");
+        let run = run_bounded(cmd, std::time::Duration::from_secs(120));
+        assert!(!run.timed_out, "{args:?}: still waiting after 120 s");
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(message.as_str()), "{args:?}: wanted {message:?} in {}", run.stderr);
+        assert!(!png.exists(), "{args:?}: no picture of a point that is not there");
+    }
+}

@@ -691,7 +691,14 @@ fn pane_view(
             "this trace has no memory reads"
         };
         paint::centred_message(&painter, rect, text, 14.0);
+        if let Some(column) = forced_hover.filter(|_| side == Side::A) {
+            report.error = Some(crate::unanswerable_hover((column, None), &format!("A: {text}")));
+        }
         return None;
+    }
+    if let Some(column) = forced_hover.filter(|&column| side == Side::A && column >= l.model.columns) {
+        let why = format!("column {column} is past A's {} columns", l.model.columns);
+        report.error = Some(crate::unanswerable_hover((column, None), &why));
     }
     let PaneAreas { ruler, flame, bitmap, depth, levels, key } = areas?;
     let view = pane.view;
@@ -825,7 +832,7 @@ fn pane_view(
             egui::Stroke::new(1.0, egui::Color32::from_white_alpha(90)),
         );
         if h.frame.is_none() {
-            work::want_inspect(&mut pane.work, l, h.column, h.row);
+            work::want_inspect(&mut pane.work, l, h.column, h.row, work::RowPastSet::ShowColumn);
         }
     }
     let clicked_frame = hovered.as_ref().and_then(|f| frame_index(tree, f));

@@ -591,6 +591,9 @@ fn main_view(
         // Final: there is no picture to wait for (a screenshot waited for
         // one until it gave up).
         (report.sharp, report.picture) = (true, true);
+        if let Some(forced) = m.forced_hover {
+            report.error = Some(crate::unanswerable_hover(forced, "this trace has no heap blocks to hover"));
+        }
         return false;
     }
     let (rect, strip) = {
@@ -781,7 +784,13 @@ fn main_view(
     };
     let Some(p) = at else { return true };
     let (px, py) = (f64::from((p.x - rect.left()) * ppp), f64::from((p.y - rect.top()) * ppp));
-    let Some(cell) = cell_at(&drawn.cells, px, py) else { return true };
+    let Some(cell) = cell_at(&drawn.cells, px, py) else {
+        if let Some(forced) = m.forced_hover {
+            let clock = m.axis.map_or(m.clock, |a| a.clock);
+            report.error = Some(crate::unanswerable_hover(forced, &off_the_picture(forced, &m.view, clock, size.1)));
+        }
+        return true;
+    };
     let picture = &cell.picture;
     let x = picture.window.time(px - f64::from(cell.left)).max(0.0);
     let axis = picture.axis;
@@ -822,6 +831,24 @@ fn main_view(
     crate::paint::tooltip(ctx, p, &lines);
     report.tooltip = lines;
     true
+}
+
+/// Why a forced hover at (time, pixel row) fell outside the picture of
+/// `view`, `height` pixels tall.
+fn off_the_picture(
+    (time, row): (u64, Option<usize>),
+    view: &crate::view::Viewport,
+    clock: Clock,
+    height: u32,
+) -> String {
+    let unit = match clock {
+        Clock::Events => "allocation events",
+        Clock::Wall => "nanoseconds",
+    };
+    match row {
+        Some(row) if row >= height as usize => format!("pixel row {row} is below the picture's {height} rows"),
+        _ => format!("{time} is past the trace's {:.0} {unit}", view.total_columns),
+    }
 }
 
 /// Until the decoded trace's first picture is in, the preview of its

@@ -99,6 +99,17 @@ pub struct ScreenshotRequest {
     pub open_source: bool,
 }
 
+/// Why a screenshot's `--hover` point has nothing to show, for the error
+/// the run ends with: a tooltip saying so was saved in the picture with
+/// exit status 0, or (where no tooltip came) the run waited for one until
+/// it gave up, ten minutes later.
+pub(crate) fn unanswerable_hover((x, row): (u64, Option<usize>), why: &str) -> String {
+    match row {
+        Some(row) => format!("--hover {x},{row}: {why}"),
+        None => format!("--hover {x}: {why}"),
+    }
+}
+
 /// How to open the viewer.
 #[derive(Clone, Debug)]
 pub struct ViewerOptions {

@@ -886,6 +886,9 @@ fn main_view(
         // Final: there is no picture to wait for (a screenshot waited for
         // one until it gave up).
         (report.sharp, report.picture) = (true, true);
+        if let Some(forced) = state.forced_hover {
+            report.error = Some(crate::unanswerable_hover(forced, "this trace has no memory reads to hover"));
+        }
         return false;
     }
     // Layout.
@@ -1043,7 +1046,9 @@ fn main_view(
     if let Some(h) = hover
         && h.frame.is_none()
     {
-        work::want_inspect(work, l, h.column, h.row);
+        let past_set =
+            if state.forced_hover.is_some() { work::RowPastSet::Refuse } else { work::RowPastSet::ShowColumn };
+        work::want_inspect(work, l, h.column, h.row, past_set);
     }
     if response.double_clicked() {
         if let Some(f) = hovered_frame.and_then(|i| work.render.latest().and_then(|(_, r)| r.frames.get(i))) {
@@ -1175,7 +1180,12 @@ fn main_view(
             Some(f) => frame_tooltip(f, l, &work.names),
             None => match hover.and_then(|h| work.inspect.result_for(&(l.generation, h.column, h.row))) {
                 Some(Ok(i)) => inspection_tooltip(i),
-                Some(Err(e)) => vec![e.clone()],
+                Some(Err(e)) => {
+                    if let Some(forced) = state.forced_hover {
+                        report.error = Some(crate::unanswerable_hover(forced, e));
+                    }
+                    vec![e.clone()]
+                }
                 None => vec![format!("column {} …", h.column)],
             },
         };

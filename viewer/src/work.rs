@@ -375,14 +375,26 @@ pub fn want_overview(work: &mut Work, loaded: &Loaded, width: u32, height: u32) 
     });
 }
 
+/// What the inspection of a row the working set does not reach at its
+/// column gives.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RowPastSet {
+    /// The column alone: the pointer is over the bitmap's empty rows.
+    ShowColumn,
+    /// The error: a row asked for by number (`--hover COLUMN,ROW`), which
+    /// showing the column alone would answer with some other point.
+    Refuse,
+}
+
 /// Starts the inspection of a point.
-pub fn want_inspect(work: &mut Work, loaded: &Loaded, column: u64, row: Option<usize>) {
+pub fn want_inspect(work: &mut Work, loaded: &Loaded, column: u64, row: Option<usize>, past_set: RowPastSet) {
     let (model, symbols) = (loaded.model.clone(), loaded.symbols.clone());
     work.inspect.want((loaded.generation, column, row), move |_| {
         let result = Inspector::new(&model, &symbols).inspect(column, row);
-        // A row past the set's size at this column: still show the column.
         let result = match result {
-            Err(_) if row.is_some() => Inspector::new(&model, &symbols).inspect(column, None),
+            Err(_) if row.is_some() && past_set == RowPastSet::ShowColumn => {
+                Inspector::new(&model, &symbols).inspect(column, None)
+            }
             other => other,
         };
         Some(result.map_err(|e| e.to_string()))
