@@ -235,19 +235,27 @@ pub fn report(args: ReportArgs) -> Result<()> {
             )?;
         }
     }
-    if let Some(rows) = &report.by_allocation {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "{:>8} {:>12} {:>12} {:>12} {:>6}  allocation site",
-            "blocks", "bytes", "reads", "writes", "live"
-        )?;
-        for r in rows.iter().take(limit) {
+    match report.by_allocation.as_deref() {
+        None => {}
+        Some([]) => {
+            // A header over no rows read as a table that failed to fill.
+            writeln!(out)?;
+            writeln!(out, "by allocation: the trace records no allocation, so there is no block to group reads by")?;
+        }
+        Some(rows) => {
+            writeln!(out)?;
             writeln!(
                 out,
-                "{:>8} {:>12} {:>12} {:>12} {:>6}  {}",
-                r.blocks, r.bytes, r.reads, r.writes, r.live_at_end, r.site
+                "{:>8} {:>12} {:>12} {:>12} {:>6}  allocation site",
+                "blocks", "bytes", "reads", "writes", "live"
             )?;
+            for r in rows.iter().take(limit) {
+                writeln!(
+                    out,
+                    "{:>8} {:>12} {:>12} {:>12} {:>6}  {}",
+                    r.blocks, r.bytes, r.reads, r.writes, r.live_at_end, r.site
+                )?;
+            }
         }
     }
     Ok(())

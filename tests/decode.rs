@@ -152,6 +152,19 @@ fn report_tables_name_functions_and_allocation_sites() {
     let churn = rows.iter().find(|r| r["key"] == "churn").expect("churn row");
     assert_eq!(churn["total_reads"], r["total"]["reads"], "the root's total is every read");
     assert!(churn["self_reads"].as_u64() < churn["total_reads"].as_u64(), "churn calls memset/mmap");
+
+    // In text, a table of the sites; a trace without allocations says it
+    // has none, where it printed the table's header over no rows.
+    let text = |trace: &std::path::Path| {
+        let out = linetrace().args(["report", "--by", "allocation"]).arg(trace).output().expect("report runs");
+        assert!(out.status.success(), "report failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let none = "the trace records no allocation";
+    let churn = text(&trace);
+    assert!(churn.contains("allocation site") && !churn.contains(none), "{churn}");
+    let sweep = text(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace"));
+    assert!(sweep.contains(none) && !sweep.contains("allocation site"), "{sweep}");
 }
 
 /// A bad column range or size is a clear error, naming what is wrong;
