@@ -441,6 +441,10 @@ pub struct RenderArgs {
     /// Image height in pixels.
     #[arg(long, default_value_t = 800)]
     pub height: u32,
+    /// Image size WxH, as `view --size` takes it: the same as --width W
+    /// --height H.
+    #[arg(long, value_name = "WxH", value_parser = parse_dimensions, conflicts_with_all = ["width", "height"])]
+    pub size: Option<(u32, u32)>,
     /// Column range A..B to draw (default: the whole trace).
     #[arg(long, value_name = "A..B")]
     pub columns: Option<String>,
@@ -700,11 +704,16 @@ pub struct DemoArgs {
     pub screenshot: bool,
 }
 
-/// Parses `WxH`.
-pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
+/// Parses `WxH`, any size (`render` checks its own limits).
+pub fn parse_dimensions(text: &str) -> Result<(u32, u32), String> {
     let (w, h) = text.split_once(['x', 'X']).ok_or_else(|| format!("{text:?}: expected WxH, e.g. 1600x900"))?;
     let parse = |s: &str| s.trim().parse::<u32>().map_err(|_| format!("{text:?}: {s:?} is not a number"));
-    let (w, h) = (parse(w)?, parse(h)?);
+    Ok((parse(w)?, parse(h)?))
+}
+
+/// Parses `WxH` within the sizes of a window.
+pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
+    let (w, h) = parse_dimensions(text)?;
     if !(200..=16384).contains(&w) || !(150..=16384).contains(&h) {
         return Err(format!("{text:?}: sizes go from 200x150 to 16384x16384"));
     }

@@ -35,7 +35,10 @@ impl Format {
 }
 
 /// Draws the flamegraph and the bitmap of a trace to an image file.
-pub fn render(args: RenderArgs) -> Result<()> {
+pub fn render(mut args: RenderArgs) -> Result<()> {
+    if let Some((width, height)) = args.size {
+        (args.width, args.height) = (width, height);
+    }
     let columns =
         args.columns.as_deref().map(cli::parse_columns).transpose().map_err(|e| anyhow::anyhow!("--columns {e}"))?;
     let format = Format::of(&args.output)?;

@@ -184,6 +184,7 @@ fn render_rejects_bad_settings() {
         (&["--alpha", "0"], "alpha 0 must be a positive number"),
         (&["--width", "3"], "at least 16x32 pixels"),
         (&["--width", "100000", "--height", "100000"], "pixel limit"),
+        (&["--size", "100000x100000"], "pixel limit"),
         (&["--line-size", "48"], "line size 48 must be a power of two"),
     ] {
         let out = render(args).expect("runs");
@@ -196,6 +197,12 @@ fn render_rejects_bad_settings() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("columns 100..110 of 376)"), "the range drawn is named: {stderr}");
+    // `--size WxH`, as the viewer takes it.
+    let out = render(&["--size", "900x300"]).expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let header = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).expect("png")));
+    let info = header.read_info().expect("png header");
+    assert_eq!((info.info().width, info.info().height), (900, 300));
 }
 
 /// Source lines of `work` from a trace of `program`, symbolized with
