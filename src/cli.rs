@@ -462,20 +462,21 @@ pub struct RenderArgs {
     /// trace of `record --allocations`.
     #[arg(long, conflicts_with_all = ["columns", "colour_by"])]
     pub allocations: bool,
-    /// With --allocations: what a block's colour shows.
-    #[arg(long, value_enum, default_value_t = HeapColourArg::Function, requires = "allocations")]
-    pub heap_colour: HeapColourArg,
+    /// With --allocations: what a block's colour shows [default:
+    /// function].
+    #[arg(long, value_enum)]
+    pub heap_colour: Option<HeapColourArg>,
     /// With --allocations: how blocks are shaded across their height, so
-    /// neighbours of one colour stay apart.
-    #[arg(long, value_enum, default_value_t = CushionArg::Parabolic, requires = "allocations")]
-    pub cushion: CushionArg,
+    /// neighbours of one colour stay apart [default: parabolic].
+    #[arg(long, value_enum)]
+    pub cushion: Option<CushionArg>,
     /// With --allocations: wall-clock time on x instead of allocation
     /// events (quiet periods show; needs a trace of `record --allocations`).
-    #[arg(long, requires = "allocations")]
+    #[arg(long)]
     pub wall_clock: bool,
     /// With --allocations: draw only the addresses LO..HI (hexadecimal),
     /// stretched over the picture's height (e.g. a pool's arena).
-    #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
+    #[arg(long, value_name = "LO..HI", value_parser = parse_addresses)]
     pub addresses: Option<(u64, u64)>,
     /// With --allocations: size-class views and cushion cursors.
     #[command(flatten)]
@@ -517,17 +518,52 @@ pub struct CorrelateArgs {
     /// small, large, huge), stacked so they share the time axis (`time`:
     /// do bursts happen in all bins at once?) or side by side with each
     /// bin's addresses over the full height (`address`: how full is each?).
-    #[arg(long, value_enum, requires = "allocations", conflicts_with = "addresses")]
+    #[arg(long, value_enum, conflicts_with = "addresses")]
     pub bins: Option<BinLayoutArg>,
     /// With --allocations: a cushion cursor (a soft bright band) at this
     /// point of the time axis, in allocation events (nanoseconds since the
     /// first call on a wall-clock axis), across every bin. Repeatable. In
     /// the viewer a click drops one, a right click removes the nearest.
-    #[arg(long = "cursor", value_name = "T", requires = "allocations")]
+    #[arg(long = "cursor", value_name = "T")]
     pub cursors: Vec<f64>,
     /// With --allocations: the opacity of the cursors at their centre.
     #[arg(long, value_name = "0..1", default_value_t = 0.6, value_parser = parse_unit_interval)]
     pub cursor_strength: f64,
+}
+
+impl CorrelateArgs {
+    /// Each option of the group, and whether it was typed.
+    fn typed(&self) -> [(&'static str, bool); 2] {
+        [("--bins", self.bins.is_some()), ("--cursor", !self.cursors.is_empty())]
+    }
+}
+
+/// The names of the options typed, of (name, typed) pairs.
+fn typed(options: impl IntoIterator<Item = (&'static str, bool)>) -> Vec<&'static str> {
+    options.into_iter().filter(|&(_, typed)| typed).map(|(name, _)| name).collect()
+}
+
+impl RenderArgs {
+    /// The heap picture's options typed: they mean nothing to the picture
+    /// of the reads.
+    pub fn heap_options_given(&self) -> Vec<&'static str> {
+        let own = [
+            ("--heap-colour", self.heap_colour.is_some()),
+            ("--cushion", self.cushion.is_some()),
+            ("--wall-clock", self.wall_clock),
+            ("--addresses", self.addresses.is_some()),
+        ];
+        typed(own.into_iter().chain(self.correlate.typed()))
+    }
+}
+
+impl ViewArgs {
+    /// The allocations view's options typed: they mean nothing to the
+    /// other views.
+    pub fn heap_options_given(&self) -> Vec<&'static str> {
+        let own = [("--addresses", self.addresses.is_some()), ("--open-source", self.open_source)];
+        typed(own.into_iter().chain(self.correlate.typed()))
+    }
 }
 
 /// How the size-class views are laid out.
@@ -641,7 +677,7 @@ pub struct ViewArgs {
     pub hover: Option<(u64, Option<usize>)>,
     /// With --allocations --hover: open the source of the hovered block's
     /// allocating line, as a Ctrl+click does.
-    #[arg(long, requires_all = ["hover", "allocations"])]
+    #[arg(long, requires = "hover")]
     pub open_source: bool,
     /// Window size.
     #[arg(long, value_name = "WxH", default_value = "1600x900", value_parser = parse_size)]
@@ -656,7 +692,7 @@ pub struct ViewArgs {
     /// first, stretched over the picture's height (Ctrl+wheel zooms the
     /// addresses, Shift+wheel or a vertical drag scrolls them, the context
     /// strip at the right shows where the view is and moves it on click).
-    #[arg(long, value_name = "LO..HI", requires = "allocations", value_parser = parse_addresses)]
+    #[arg(long, value_name = "LO..HI", value_parser = parse_addresses)]
     pub addresses: Option<(u64, u64)>,
     /// With --allocations: size-class views and cushion cursors to open
     /// with (the toolbar changes them).

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use decoder::heap::{HeapReport, SiteRow};
 use decoder::model::Model;
 use decoder::symbols::Symbolizer;
@@ -20,6 +20,29 @@ pub fn heap_implied(metadata: &trace_rt::format::Metadata, command: &str) -> boo
         );
     }
     implied
+}
+
+/// Refuses the heap picture's options (`given`, as typed) where `what`
+/// draws no heap. (Clap required --allocations beside them, even for a
+/// trace of `record --allocations`, which implies it.)
+pub fn refuse_heap_options(given: &[&str], what: &str) -> Result<()> {
+    match given {
+        [] => Ok(()),
+        [one] => bail!("{one} is for the heap picture (--allocations), and {what}"),
+        more => bail!("{} are for the heap picture (--allocations), and {what}", more.join(", ")),
+    }
+}
+
+/// [`refuse_heap_options`] for `command` without --allocations, which
+/// draws the reads of `trace` unless it is a trace of `record
+/// --allocations`.
+pub fn refuse_heap_options_for_reads(given: &[&str], trace: &std::path::Path, command: &str) -> Result<()> {
+    if given.is_empty() || crate::progress::header(trace).is_none_or(|m| m.records_allocations_only()) {
+        // A file without a header is left to the decoding, which says why.
+        return Ok(());
+    }
+    let what = format!("{command} shows the reads of {} unless --allocations is given", trace.display());
+    refuse_heap_options(given, &what)
 }
 
 /// Refuses to compare (`command`: `diff`, `view A B`) a trace of `record

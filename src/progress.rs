@@ -79,6 +79,13 @@ pub fn rereadable_trace_len(file: &Path) -> Result<u64> {
     )
 }
 
+/// The metadata in the header of `trace`; `None` for a file that has none,
+/// left to the command's decoding, which says what is wrong with it.
+pub fn header(trace: &Path) -> Option<trace_rt::format::Metadata> {
+    let file = std::fs::File::open(trace).ok()?;
+    trace_rt::format::TraceReader::new(std::io::BufReader::new(file)).ok().map(|reader| reader.metadata().clone())
+}
+
 /// Decodes a trace, with a progress bar when that takes over a second.
 pub fn decode(file: &Path, args: &crate::cli::DecodeArgs) -> Result<Model> {
     let total = rereadable_trace_len(file)?;

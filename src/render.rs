@@ -41,6 +41,9 @@ pub fn render(mut args: RenderArgs) -> Result<()> {
     }
     let columns =
         args.columns.as_deref().map(cli::parse_columns).transpose().map_err(|e| anyhow::anyhow!("--columns {e}"))?;
+    if !args.allocations {
+        crate::heap::refuse_heap_options_for_reads(&args.heap_options_given(), &args.file, "render")?;
+    }
     let format = Format::of(&args.output)?;
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;
@@ -109,8 +112,8 @@ fn render_allocations(
         width: args.width,
         height: args.height,
         alpha: args.alpha,
-        colour_by: args.heap_colour.into(),
-        cushion: args.cushion.into(),
+        colour_by: args.heap_colour.unwrap_or(cli::HeapColourArg::Function).into(),
+        cushion: args.cushion.unwrap_or(cli::CushionArg::Parabolic).into(),
         clock: if args.wall_clock { decoder::heap_raster::Clock::Wall } else { decoder::heap_raster::Clock::Events },
         range: None,
         rows: match args.addresses {

@@ -16,9 +16,17 @@ pub fn view(args: ViewArgs) -> Result<()> {
         crate::progress::rereadable_trace_len(file)?;
     }
     if let Some(b) = &args.compare
-        && let (Some(a_meta), Some(b_meta)) = (header(&args.file), header(b))
+        && let (Some(a_meta), Some(b_meta)) = (crate::progress::header(&args.file), crate::progress::header(b))
     {
         crate::heap::refuse_mixed_kinds((&args.file, &a_meta), (b, &b_meta), "view A B")?;
+    }
+    if args.compare.is_some() {
+        crate::heap::refuse_heap_options(
+            &args.heap_options_given(),
+            "view A B compares reads (a heap: view --allocations FILE)",
+        )?;
+    } else if !args.allocations {
+        crate::heap::refuse_heap_options_for_reads(&args.heap_options_given(), &args.file, "view")?;
     }
     let inputs: Vec<&Path> = std::iter::once(args.file.as_path()).chain(args.compare.as_deref()).collect();
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
@@ -94,14 +102,7 @@ fn check_outputs(
 /// show. Read from the header; a file that has none is left to the
 /// viewer, which says what is wrong with it.
 fn records_allocations_only(trace: &Path) -> bool {
-    header(trace).is_some_and(|metadata| crate::heap::heap_implied(&metadata, "view"))
-}
-
-/// The metadata in the header of `trace`; `None` for a file that has none,
-/// left to the viewer, which says what is wrong with it.
-fn header(trace: &Path) -> Option<trace_rt::format::Metadata> {
-    let file = std::fs::File::open(trace).ok()?;
-    trace_rt::format::TraceReader::new(std::io::BufReader::new(file)).ok().map(|reader| reader.metadata().clone())
+    crate::progress::header(trace).is_some_and(|metadata| crate::heap::heap_implied(&metadata, "view"))
 }
 
 /// Runs the viewer, on a display of its own when there is none and it

@@ -450,6 +450,45 @@ fn render_draws_size_class_bins_with_cursors() {
     }
 }
 
+/// The heap picture's options follow the picture drawn: a trace of `record
+/// --allocations` takes them without --allocations (it implies the heap
+/// picture; clap refused them there), and a trace of reads refuses them,
+/// naming each, before anything is decoded or drawn.
+#[test]
+fn heap_options_follow_the_picture_drawn() {
+    let bin = c_example("heap_mix", &["-O2"]);
+    let heap = trace_path("heap-mix-implied");
+    assert!(record_with(&["--allocations"], &bin, &["300"], &heap).status.success());
+    let png = heap.with_extension("png");
+    let heap_options = ["--heap-colour", "lifetime", "--cushion", "none", "--bins", "time", "--cursor", "50"];
+    let out = linetrace().args(["render", "--height", "480", "-o"]).arg(&png).arg(&heap).args(heap_options).output();
+    let out = out.expect("render runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("shows its heap") && err.contains("size-class bins"), "{err}");
+    assert!(png.exists());
+
+    let reads = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace");
+    let reads_png = trace_path("heap-options-on-reads").with_extension("png");
+    let render = linetrace().args(["render", "-o"]).arg(&reads_png).arg(&reads).args(heap_options).output();
+    let view = linetrace().args(["view", "--addresses", "0x1000..0x2000"]).arg(&reads).output();
+    let compare = linetrace().arg("view").args([&reads, &reads]).args(["--bins", "time"]).output();
+    for (out, message) in [
+        (
+            render,
+            "--heap-colour, --cushion, --bins, --cursor are for the heap picture (--allocations), and render shows the reads",
+        ),
+        (view, "--addresses is for the heap picture (--allocations), and view shows the reads"),
+        (compare, "--bins is for the heap picture (--allocations), and view A B compares reads"),
+    ] {
+        let out = out.expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(message), "wanted {message:?}: {err}");
+    }
+    assert!(!reads_png.exists(), "nothing drawn");
+}
+
 /// A custom allocator nested in itself 21 deep: the 16 outermost calls the
 /// agent keeps track of are recorded, the 5 deepest run unrecorded and the
 /// recording says so; the program's output is unchanged.
