@@ -115,6 +115,12 @@ pub fn report(trace: &std::path::Path, model: &Model, symbols: &Symbolizer, json
     writeln!(out, "status:     {status}")?;
     writeln!(out, "target:     {}", crate::report::describe_exit(exit))?;
     writeln!(out, "allocator calls: {}", h.events)?;
+    if h.events == 0 {
+        // Every table would be a header over no rows, and the bursts' line
+        // read "windows of column 0 with >= 0 allocations".
+        writeln!(out, "\nthe trace records no allocator call: there is no heap to analyse")?;
+        return Ok(());
+    }
     writeln!(
         out,
         "heap blocks: {} allocated ({} bytes requested), {} freed; reallocs: {} in place, {} moved",

@@ -213,9 +213,13 @@ pub fn report(args: ReportArgs) -> Result<()> {
         c.misses.ll_write
     )?;
     let limit = args.limit;
-    if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
+    let title = if report.by_function.is_some() { "function" } else { "line" };
+    if report.by_function.as_ref().or(report.by_line.as_ref()).is_some_and(|rows| rows.is_empty()) {
+        // A header over no rows read as a table that failed to fill.
         writeln!(out)?;
-        let title = if report.by_function.is_some() { "function" } else { "line" };
+        writeln!(out, "by {title}: the trace records no memory access, so there is nothing to group")?;
+    } else if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
+        writeln!(out)?;
         writeln!(
             out,
             "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {title}",

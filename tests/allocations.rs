@@ -487,6 +487,13 @@ fn heap_options_follow_the_picture_drawn() {
         assert!(err.contains(message), "wanted {message:?}: {err}");
     }
     assert!(!reads_png.exists(), "nothing drawn");
+
+    // `report --by line` of the heap trace: no reads to group, said so,
+    // where it printed a table's header over no rows.
+    let out = linetrace().args(["report", "--by", "line"]).arg(&heap).output().expect("report runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("by line: the trace records no memory access") && !text.contains("self reads"), "{text}");
 }
 
 /// A custom allocator nested in itself 21 deep: the 16 outermost calls the

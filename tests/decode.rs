@@ -163,8 +163,14 @@ fn report_tables_name_functions_and_allocation_sites() {
     let none = "the trace records no allocation";
     let churn = text(&trace);
     assert!(churn.contains("allocation site") && !churn.contains(none), "{churn}");
-    let sweep = text(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace"));
+    let sweep_trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/array_sweep_work.lntrace");
+    let sweep = text(&sweep_trace);
     assert!(sweep.contains(none) && !sweep.contains("allocation site"), "{sweep}");
+    // Nor does its heap report print empty tables.
+    let out = linetrace().args(["report", "--allocations"]).arg(&sweep_trace).output().expect("report runs");
+    let heap = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(heap.contains("records no allocator call") && !heap.contains("size class"), "{heap}");
 }
 
 /// A bad column range or size is a clear error, naming what is wrong;
