@@ -301,16 +301,24 @@ pub struct RowBand {
     pub label: String,
 }
 
+/// The widest gap between two lines of one band of unnamed rows: further
+/// apart, they are taken for different mappings.
+const UNNAMED_GAP: u64 = 1 << 20;
+
 /// What each row's line is at `column`, as bands of rows with one label:
 /// the recorded block holding it (named by its allocating function), else
 /// the variable (data symbol) holding it, else the traced thread's stack
-/// (named by the innermost frame), else the module mapping it.
+/// (named by the innermost frame), else the module mapping it; rows of
+/// none of these make one band per run of them within [`UNNAMED_GAP`] of
+/// each other.
 pub fn row_bands(model: &Model, symbols: &Symbolizer, column: u64) -> Result<Vec<RowBand>, DecodeError> {
     let mut cursor = ColumnCursor::<SortedLines>::new(model, column)?;
     cursor.step(&mut |_: Departure| {})?;
     let line_size = model.line_size();
     let innermost = model.frames_in(column, column + 1)?.last().map(|f| symbols.locate(f.function).function.clone());
     let mut bands: Vec<RowBand> = Vec::new();
+    // The end of the last band's last line, if it is of rows without a name.
+    let mut unnamed_last: Option<u64> = None;
     for (row, state) in cursor.set().lines().iter().enumerate() {
         let lo = line_size.start_of(state.line);
         let hi = lo.saturating_add(u64::from(line_size.bytes()));
@@ -328,8 +336,24 @@ pub fn row_bands(model: &Model, symbols: &Symbolizer, column: u64) -> Result<Vec
         } else if let Some(module) = symbols.module_name_at(lo) {
             format!("{module} data")
         } else {
-            format!("{lo:#x}")
+            // No name: consecutive such rows near each other make one
+            // band, named by its first line's address and an ellipsis (one
+            // band a row, each too thin for its address, left a stack of
+            // unlabelled stripes: a heap allocated before the trace began;
+            // a longer name was cut to its first hex digits in the gutter).
+            match bands.last_mut() {
+                Some(b)
+                    if unnamed_last.is_some_and(|end| lo.saturating_sub(end) <= UNNAMED_GAP)
+                        && b.first_row + b.rows == row =>
+                {
+                    b.rows += 1
+                }
+                _ => bands.push(RowBand { first_row: row, rows: 1, label: format!("{lo:#x}…") }),
+            }
+            unnamed_last = Some(hi);
+            continue;
         };
+        unnamed_last = None;
         match bands.last_mut() {
             Some(b) if b.label == label && b.first_row + b.rows == row => b.rows += 1,
             _ => bands.push(RowBand { first_row: row, rows: 1, label }),

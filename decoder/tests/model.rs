@@ -733,3 +733,20 @@ fn a_range_of_the_whole_trace_shows_the_whole_traces_figures() {
     };
     assert_eq!(figures(&replayed), figures(&whole));
 }
+
+/// Rows of no variable, block, stack or module make one band per run of
+/// lines near each other, named by the first line's address (one band a
+/// row left unlabelled stripes in the gutter); lines far apart (other
+/// mappings) start a band of their own.
+#[test]
+fn unnamed_rows_band_together_while_near_each_other() {
+    let near = [0x10_0000, 0x10_0040, 0x10_0100, 0x18_0000];
+    let far = [0x9000_0000, 0x9000_0040];
+    let reads: Vec<(u64, u32)> = near.iter().chain(&far).map(|&a| (a, 8)).collect();
+    let path = write_trace(&reads, true, 1 << 12);
+    let model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let symbols = decoder::symbols::Symbolizer::new(&model.modules);
+    let bands = decoder::inspect::row_bands(&model, &symbols, model.columns - 1).expect("bands");
+    let got: Vec<(String, usize, usize)> = bands.into_iter().map(|b| (b.label, b.first_row, b.rows)).collect();
+    assert_eq!(got, vec![("0x100000…".to_string(), 0, 4), ("0x90000000…".to_string(), 4, 2)]);
+}
