@@ -772,6 +772,13 @@ fn main_view(
 
     // Hover: the block under the pointer.
     let Some((_, drawn)) = m.picture.latest().filter(|(k, _)| *k == key) else { return true };
+    if let Some(forced) = m.forced_hover {
+        let clock = m.axis.map_or(m.clock, |a| a.clock);
+        if let Some(why) = off_the_picture(forced, &m.view, clock, size.1) {
+            report.error = Some(crate::unanswerable_hover(forced, &why));
+            return true;
+        }
+    }
     let at = match m.forced_hover {
         Some((event, row)) => {
             let y = row.unwrap_or(0) as f32 / ppp;
@@ -786,8 +793,7 @@ fn main_view(
     let (px, py) = (f64::from((p.x - rect.left()) * ppp), f64::from((p.y - rect.top()) * ppp));
     let Some(cell) = cell_at(&drawn.cells, px, py) else {
         if let Some(forced) = m.forced_hover {
-            let clock = m.axis.map_or(m.clock, |a| a.clock);
-            report.error = Some(crate::unanswerable_hover(forced, &off_the_picture(forced, &m.view, clock, size.1)));
+            report.error = Some(crate::unanswerable_hover(forced, "no picture is drawn at that point"));
         }
         return true;
     };
@@ -833,22 +839,24 @@ fn main_view(
     true
 }
 
-/// Why a forced hover at (time, pixel row) fell outside the picture of
-/// `view`, `height` pixels tall.
+/// Why a forced hover at (time, pixel row) is outside the picture of
+/// `view`, `height` pixels tall, if it is. Decided on the numbers, not by
+/// where the point lands: a time just past the end could round into the
+/// picture's last pixel column.
 fn off_the_picture(
     (time, row): (u64, Option<usize>),
     view: &crate::view::Viewport,
     clock: Clock,
     height: u32,
-) -> String {
+) -> Option<String> {
     let unit = match clock {
         Clock::Events => "allocation events",
         Clock::Wall => "nanoseconds",
     };
-    match row {
-        Some(row) if row >= height as usize => format!("pixel row {row} is below the picture's {height} rows"),
-        _ => format!("{time} is past the trace's {:.0} {unit}", view.total_columns),
+    if time as f64 >= view.total_columns {
+        return Some(format!("{time} is past the trace's {:.0} {unit}", view.total_columns));
     }
+    row.filter(|&row| row >= height as usize).map(|row| format!("pixel row {row} is below the picture's {height} rows"))
 }
 
 /// Until the decoded trace's first picture is in, the preview of its
