@@ -9,7 +9,7 @@ use bevy::prelude::*;
 use bevy::window::RequestRedraw;
 use bevy_egui::{EguiContexts, egui};
 use decoder::calltree::Frame;
-use decoder::inspect::Inspection;
+use decoder::inspect::{Inspection, RowBand};
 use decoder::range::RangeStats;
 use decoder::raster::{ColourBy, frame_colour};
 use decoder::reuse::ReuseHistogram;
@@ -1143,13 +1143,19 @@ fn main_view(
         // label is centred in the part of the band above it that shows (a
         // label centred in a band reaching the bottom was drawn over it).
         let caption_top = gutter.bottom() - 14.0;
-        for (k, b) in bands.iter().enumerate() {
+        let shown = |b: &RowBand| {
             let (y0, y1) = (row_y(b.first_row as f64), row_y((b.first_row + b.rows) as f64));
-            if y1 < gutter.top() || y0 > gutter.bottom() {
-                continue;
-            }
+            (y1 >= gutter.top() && y0 <= gutter.bottom()).then_some((y0, y1))
+        };
+        // Every band's shade before any label: a label overhangs a band of
+        // 9 to 14 points, and the next band's shade cut off its descenders
+        // (`_nl_category_names` read "nl category names").
+        for (k, (y0, y1)) in bands.iter().enumerate().filter_map(|(k, b)| shown(b).map(|ys| (k, ys))) {
             let shade = if k % 2 == 0 { egui::Color32::from_gray(38) } else { egui::Color32::from_gray(30) };
             painter_g.rect_filled(egui::Rect::from_x_y_ranges(gutter.x_range(), y0..=y1.max(y0 + 1.0)), 0.0, shade);
+        }
+        for b in bands {
+            let Some((y0, y1)) = shown(b) else { continue };
             let (shown_top, shown_bottom) = (y0.max(gutter.top()), y1.min(caption_top));
             if shown_bottom - shown_top >= 9.0 {
                 let text: String = b.label.chars().take(26).collect();
