@@ -253,17 +253,17 @@ fn draw_labels(picture: &mut Picture, symbols: &Symbolizer) {
     }
     let style = MonoTextStyle::new(&FONT_6X10, Rgb888::BLACK);
     let mut canvas = Canvas(&mut picture.image);
-    for bar in &picture.bars {
-        let Some(i) = bar.frame.filter(|_| bar.frames == 1) else { continue };
+    // Of a frame, or of a run of calls of one function.
+    for bar in decoder::raster::bar_labels(&picture.bars, &picture.frames) {
         let room = ((bar.x1.min(f64::from(canvas.0.width)) - bar.x0.max(0.0)) as i64 - 4) / 6;
         if room < 3 {
             continue;
         }
-        let name = symbols.locate(picture.frames[i].function).function.clone();
-        let label: String = if name.chars().count() as i64 <= room {
-            name
+        let text = bar.text(&symbols.locate(bar.function).function);
+        let label: String = if text.chars().count() as i64 <= room {
+            text
         } else {
-            name.chars().take((room - 2) as usize).chain("..".chars()).collect()
+            text.chars().take((room - 2) as usize).chain("..".chars()).collect()
         };
         let y0 = (f64::from(bar.depth) * picture.bar_height).round() as i32;
         let at = Point::new(bar.x0.max(0.0) as i32 + 2, y0 + ((picture.bar_height as i32 - 10) / 2).max(0));

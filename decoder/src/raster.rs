@@ -1227,6 +1227,66 @@ pub fn flame_bars(frames: &[Frame], columns: (f64, f64), width: u32) -> Vec<Flam
 /// Bars narrower than this (in pixels) merge with their neighbours.
 pub const MIN_BAR_PIXELS: f64 = 1.0;
 
+/// Where a flamegraph names a function: one bar of one frame, or a run of
+/// neighbouring bars of one function (calls one after another, each too
+/// narrow for the name: a traced `strlen` called 847 times was a bar of its
+/// colour with no name anywhere).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BarLabel {
+    /// Left edge of the first bar (fractional pixels).
+    pub x0: f64,
+    /// Right edge of the last bar.
+    pub x1: f64,
+    /// Depth of the bars.
+    pub depth: u32,
+    /// The function.
+    pub function: u64,
+    /// The calls (frames) in the run.
+    pub calls: u32,
+}
+
+impl BarLabel {
+    /// The text of the label: the name, and the calls when more than one.
+    pub fn text(&self, name: &str) -> String {
+        if self.calls == 1 { name.to_string() } else { format!("{name} ({} calls)", self.calls) }
+    }
+}
+
+/// The labels of `bars` (of `frames`, as [`flame_bars`] made them): a bar
+/// of one frame starts a run at its depth, and the next bar at that depth
+/// joins it if it is of the same function and touches it, with no bar of a
+/// shallower depth between them (a new caller). Summary bars of several
+/// frames end a run and get no label.
+pub fn bar_labels(bars: &[FlameBar], frames: &[Frame]) -> Vec<BarLabel> {
+    let mut labels = Vec::new();
+    // The open run of each depth.
+    let mut open: Vec<Option<BarLabel>> = Vec::new();
+    for bar in bars {
+        let depth = bar.depth as usize;
+        if open.len() <= depth {
+            open.resize(depth + 1, None);
+        }
+        // A bar ends the runs below it: their caller is over.
+        for run in open.iter_mut().skip(depth + 1) {
+            labels.extend(run.take());
+        }
+        let function = bar.frame.filter(|_| bar.frames == 1).and_then(|i| frames.get(i)).map(|f| f.function);
+        match (&mut open[depth], function) {
+            (Some(run), Some(f)) if run.function == f && bar.x0 <= run.x1 + 0.5 => {
+                run.x1 = run.x1.max(bar.x1);
+                run.calls += 1;
+            }
+            (slot, function) => {
+                labels.extend(slot.take());
+                *slot =
+                    function.map(|function| BarLabel { x0: bar.x0, x1: bar.x1, depth: bar.depth, function, calls: 1 });
+            }
+        }
+    }
+    labels.extend(open.into_iter().flatten());
+    labels
+}
+
 /// Rasterises flamegraph bars: root on top, `bar_height` pixels a level, a
 /// 1-pixel gap under each bar; `colour` gives each bar's colour.
 pub fn rasterize_flamegraph(
@@ -1358,6 +1418,56 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Calls of one function one after another share a label; a call of
+    /// another function, or of a new caller, starts a new one.
+    #[test]
+    fn neighbouring_calls_of_one_function_share_a_label() {
+        let frame = |function: u64, depth: u32, first_column: u64, end_column: u64| Frame {
+            function,
+            callsite: 0,
+            parent: None,
+            depth,
+            invocation: 0,
+            thread: 1,
+            first_column,
+            end_column,
+            self_reads: end_column - first_column,
+            self_writes: 0,
+            total_reads: end_column - first_column,
+            total_writes: 0,
+            unfinished: false,
+        };
+        let (f, g, h, p, q) = (0xf, 0x9, 0x8, 0x1, 0x2);
+        let frames = [
+            frame(f, 0, 0, 2),
+            frame(f, 0, 2, 4),
+            frame(f, 0, 4, 6),
+            frame(g, 0, 6, 8),
+            frame(f, 0, 8, 10),
+            frame(p, 0, 10, 14),
+            frame(h, 1, 12, 14),
+            frame(q, 0, 14, 18),
+            frame(h, 1, 14, 16),
+        ];
+        let bars = flame_bars(&frames, (0.0, 18.0), 18);
+        let mut labels: Vec<(u32, f64, f64, u64, u32)> =
+            bar_labels(&bars, &frames).into_iter().map(|l| (l.depth, l.x0, l.x1, l.function, l.calls)).collect();
+        labels.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        let want = vec![
+            (0, 0.0, 6.0, f, 3),
+            (0, 6.0, 8.0, g, 1),
+            (0, 8.0, 10.0, f, 1),
+            (0, 10.0, 14.0, p, 1),
+            (0, 14.0, 18.0, q, 1),
+            (1, 12.0, 14.0, h, 1),
+            (1, 14.0, 16.0, h, 1),
+        ];
+        assert_eq!(labels, want);
+        let three = BarLabel { x0: 0.0, x1: 6.0, depth: 0, function: f, calls: 3 };
+        assert_eq!(three.text("strlen"), "strlen (3 calls)");
+        assert_eq!(BarLabel { calls: 1, ..three }.text("strlen"), "strlen");
+    }
 
     /// Random summary blocks: `rows` rows each, some rows empty.
     fn random_blocks(n: usize, rows: usize, seed: u64) -> Vec<Vec<SummaryCell>> {

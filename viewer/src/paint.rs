@@ -376,21 +376,6 @@ pub fn paint_flame(
             let rounding = if rect.width() >= ROUNDED_BAR_MIN_WIDTH { 1.0 } else { 0.0 };
             painter.rect_filled(rect, rounding, colour);
         }
-        if rect.width() > 28.0 && !name.is_empty() {
-            let chars = ((rect.width() - 6.0) / 6.6) as usize;
-            let label: String = if name.chars().count() <= chars {
-                name.to_string()
-            } else {
-                name.chars().take(chars.saturating_sub(1)).chain(['…']).collect()
-            };
-            painter.text(
-                rect.left_center() + egui::vec2(3.0, 0.0),
-                egui::Align2::LEFT_CENTER,
-                &label,
-                egui::FontId::monospace(11.0),
-                egui::Color32::BLACK,
-            );
-        }
         drawn.push((name.to_string(), x0, x1, bar.depth));
         if let (Some(p), Some(i)) = (pointer, bar.frame.filter(|_| bar.frames == 1))
             && rect.contains(p)
@@ -399,6 +384,29 @@ pub fn paint_flame(
         }
     }
     run.flush(&painter);
+    // Names over the bars: of a frame, or of a run of calls of one function.
+    for label in decoder::raster::bar_labels(&r.bars, &r.frames) {
+        if label.depth < scroll || label.depth >= scroll + levels {
+            continue;
+        }
+        let (x0, x1) = (bar_x(label.x0).max(flame.left()), bar_x(label.x1).min(flame.right()));
+        let Some(name) = work.names.get(label.function).filter(|n| !n.is_empty() && x1 - x0 > 28.0) else { continue };
+        let text = label.text(name);
+        let chars = ((x1 - x0 - 6.0) / 6.6) as usize;
+        let text: String = if text.chars().count() <= chars {
+            text
+        } else {
+            text.chars().take(chars.saturating_sub(1)).chain(['…']).collect()
+        };
+        let y = flame.top() + (label.depth - scroll) as f32 * BAR_H + (BAR_H - 1.0) / 2.0;
+        painter.text(
+            egui::pos2(x0 + 3.0, y),
+            egui::Align2::LEFT_CENTER,
+            &text,
+            egui::FontId::monospace(11.0),
+            egui::Color32::BLACK,
+        );
+    }
     work.names.want(wanted);
     (drawn, hovered)
 }
