@@ -309,7 +309,7 @@ const UNNAMED_GAP: u64 = 1 << 20;
 /// the recorded block holding it (named by its allocating function), else
 /// the variable (data symbol) holding it, else the traced thread's stack
 /// (named by the innermost frame), else the module mapping it; rows of
-/// none of these make one band per run of them within [`UNNAMED_GAP`] of
+/// none of these make one band per run of them within 1 MiB of
 /// each other.
 pub fn row_bands(model: &Model, symbols: &Symbolizer, column: u64) -> Result<Vec<RowBand>, DecodeError> {
     let mut cursor = ColumnCursor::<SortedLines>::new(model, column)?;
