@@ -254,7 +254,7 @@ fn draw_labels(picture: &mut Picture, symbols: &Symbolizer) {
     let style = MonoTextStyle::new(&FONT_6X10, Rgb888::BLACK);
     let mut canvas = Canvas(&mut picture.image);
     // Of a frame, or of a run of calls of one function.
-    for bar in decoder::raster::bar_labels(&picture.bars, &picture.frames) {
+    for bar in decoder::raster::bar_labels(&picture.bars) {
         let room = ((bar.x1.min(f64::from(canvas.0.width)) - bar.x0.max(0.0)) as i64 - 4) / 6;
         if room < 3 {
             continue;

@@ -14,8 +14,10 @@
 //! Memory stays bounded: when more than [`MAX_FRAMES`] frames are stored,
 //! closed frames narrower than a minimum width (doubling each time) are
 //! dropped, and [`CallTree::pruned_below`] says so. A dropped frame is
-//! invisible at the zoom that fits the whole trace; a view of a narrower
-//! column range rebuilds every frame by replay (`Model::frames_in`).
+//! narrower than a pixel at the zoom that fits the whole trace, but many of
+//! them side by side are a summary bar there: [`CallTree::pruned_runs`]
+//! keeps where they were. A view of a narrower column range rebuilds every
+//! frame by replay (`Model::frames_in`).
 //! Per-function and per-call-site totals are summed as frames close, so the
 //! tables never depend on what was dropped.
 
@@ -89,6 +91,9 @@ pub struct CallTree {
     pub pruned_below: u64,
     /// How many frames were dropped.
     pub pruned_frames: u64,
+    /// Where the dropped frames were, for the flamegraph's summary bars,
+    /// by depth, then column.
+    pub pruned_runs: Vec<PrunedRun>,
     /// Inclusive totals per function entry address; recursion counted once.
     pub function_totals: FastMap<u64, Inclusive>,
     /// Inclusive totals of the calls made from each call instruction;
@@ -189,6 +194,52 @@ struct ThreadStack {
     active_callsites: FastMap<u64, u32>,
 }
 
+/// Neighbouring frames at one depth that pruning dropped: a view that uses
+/// the stored tree draws them as one summary bar, as it would have drawn
+/// them. Without them, the whole-trace flamegraph of a function called
+/// 312,500 times showed its bar over the last sixth of the trace only,
+/// the calls made after the last pruning.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PrunedRun {
+    /// Depth of the frames.
+    pub depth: u32,
+    /// First column of the first frame.
+    pub first_column: u64,
+    /// End column of the last frame.
+    pub end_column: u64,
+    /// Frames in the run.
+    pub frames: u64,
+    /// Their function, if they share one.
+    pub function: Option<u64>,
+}
+
+impl PrunedRun {
+    /// Takes in `next`, a run at the same depth starting at or after this
+    /// one's start.
+    fn absorb(&mut self, next: &PrunedRun) {
+        self.end_column = self.end_column.max(next.end_column);
+        self.frames += next.frames;
+        self.function = self.function.filter(|&f| next.function == Some(f));
+    }
+}
+
+/// Sorts `runs` by depth and column and joins the ones at one depth less
+/// than `gap` columns apart (less than a pixel of any view that draws
+/// them), so that their number stays bounded.
+fn coalesce(runs: &mut Vec<PrunedRun>, gap: u64) {
+    runs.sort_by_key(|r| (r.depth, r.first_column));
+    let mut joined: Vec<PrunedRun> = Vec::with_capacity(runs.len());
+    for run in runs.drain(..) {
+        match joined.last_mut() {
+            Some(last) if last.depth == run.depth && run.first_column < last.end_column.saturating_add(gap) => {
+                last.absorb(&run)
+            }
+            _ => joined.push(run),
+        }
+    }
+    *runs = joined;
+}
+
 /// Builds a [`CallTree`] from events in trace order.
 #[derive(Default)]
 pub struct CallTreeBuilder {
@@ -199,6 +250,7 @@ pub struct CallTreeBuilder {
     current: Option<(u32, Option<FrameId>)>,
     pruned_below: u64,
     pruned_frames: u64,
+    pruned_runs: Vec<PrunedRun>,
     function_totals: FastMap<u64, Inclusive>,
     callsite_totals: FastMap<u64, Inclusive>,
 }
@@ -411,6 +463,13 @@ impl CallTreeBuilder {
                 if !keep {
                     new_id.push(None);
                     self.pruned_frames += 1;
+                    self.pruned_runs.push(PrunedRun {
+                        depth: f.depth,
+                        first_column: f.first_column,
+                        end_column: f.end_column,
+                        frames: 1,
+                        function: Some(f.function),
+                    });
                     continue;
                 }
                 self.frames.swap(write, read);
@@ -427,6 +486,7 @@ impl CallTreeBuilder {
                 }
             }
             self.current = None;
+            coalesce(&mut self.pruned_runs, min);
             if self.frames.len() <= MAX_FRAMES / 2 || min == u64::MAX {
                 // Done, or only open frames are left (as deep as the stack).
                 break;
@@ -446,6 +506,7 @@ impl CallTreeBuilder {
             frames: self.frames,
             pruned_below: self.pruned_below,
             pruned_frames: self.pruned_frames,
+            pruned_runs: self.pruned_runs,
             function_totals: self.function_totals,
             callsite_totals: self.callsite_totals,
         }
@@ -495,6 +556,54 @@ mod tests {
         assert!(t.frames.len() <= MAX_FRAMES, "{} frames kept", t.frames.len());
         assert_eq!(t.pruned_below, 2, "frames one column wide need a threshold of 2, no more");
         assert_eq!(t.function_totals[&0x200], Inclusive { reads: calls, writes: 0 }, "totals survive pruning");
+        // Where the dropped calls were: one run (a column of the caller's
+        // between two calls is narrower than the threshold), of their
+        // function, up to the first call kept.
+        let run = match &t.pruned_runs[..] {
+            [run] => run.clone(),
+            runs => panic!("one run wanted: {runs:?}"),
+        };
+        assert_eq!((run.depth, run.function, run.frames), (1, Some(0x200), t.pruned_frames));
+        assert_eq!(run.first_column, 0);
+        let first_kept = t.frames.iter().filter(|f| f.depth == 1).map(|f| f.first_column).min();
+        assert_eq!(first_kept.map(|c| c - run.end_column), Some(1), "the run ends a column before the first call kept");
+    }
+
+    /// Dropped calls of two functions make a run of no one function; a call
+    /// kept between dropped ones splits their runs.
+    #[test]
+    fn dropped_calls_are_runs_split_by_kept_calls() {
+        let mut b = CallTreeBuilder::new();
+        b.invocation_start(1, 0, 0x100, 1000, 0);
+        let mut column = 0;
+        let calls = 2 * MAX_FRAMES as u64;
+        for i in 0..calls {
+            // Every 10,000th call is wide (kept), the others one column.
+            let width = if i % 10_000 == 5_000 { 100 } else { 1 };
+            b.call(1, 0x110, if i % 2 == 0 { 0x200 } else { 0x300 }, 992, column);
+            for _ in 0..width {
+                b.read(1);
+            }
+            column += width;
+            b.ret(1, 1000, column);
+            b.read(1);
+            column += 1;
+        }
+        b.invocation_end(1, column);
+        let t = b.finish(column);
+        let kept_wide: Vec<&Frame> =
+            t.frames.iter().filter(|f| f.depth == 1 && f.end_column - f.first_column == 100).collect();
+        assert!(!kept_wide.is_empty() && t.pruned_frames > 0);
+        assert!(t.pruned_runs.iter().all(|r| r.depth == 1 && r.function.is_none()), "{:?}", &t.pruned_runs[..2]);
+        for wide in &kept_wide {
+            assert!(
+                t.pruned_runs.iter().all(|r| r.end_column <= wide.first_column || r.first_column >= wide.end_column),
+                "no run spans the kept call at {}",
+                wide.first_column
+            );
+        }
+        let in_runs: u64 = t.pruned_runs.iter().map(|r| r.frames).sum();
+        assert_eq!(in_runs, t.pruned_frames, "every dropped call is in a run");
     }
 
     #[test]

@@ -70,7 +70,10 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// 7: the summary's rows hold each row's own cells (lines that left
 /// during a block fill rows in address order, split where they straddle
 /// two), and its finest blocks start at `2^9` columns.
-pub const MODEL_VERSION: u32 = 7;
+/// 8: where the call tree's dropped frames were
+/// ([`crate::calltree::CallTree::pruned_runs`], [`Model::pruned_runs_for_view`]),
+/// drawn as summary bars.
+pub const MODEL_VERSION: u32 = 8;
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first (with
@@ -399,6 +402,18 @@ impl Model {
         let end = cursor.column();
         let tree = cursor.into_calls().unwrap_or_default().finish(end);
         Ok(tree.overlapping(from, to).cloned().collect())
+    }
+
+    /// The runs of frames the stored tree dropped that overlap columns
+    /// `[from, to)`, for a view that [`Model::frames_for_view`] serves from
+    /// the stored tree at `min_width` (none otherwise: a replay rebuilds
+    /// every frame).
+    pub fn pruned_runs_for_view(&self, from: u64, to: u64, min_width: f64) -> Vec<crate::calltree::PrunedRun> {
+        if self.call_tree.pruned_below == 0 || self.call_tree.pruned_below as f64 > min_width.max(0.0) {
+            return Vec::new();
+        }
+        let runs = &self.call_tree.pruned_runs;
+        runs.iter().filter(|r| r.first_column < to && r.end_column > from).cloned().collect()
     }
 
     /// Replays the working set over columns `[from, to)`, calling `visit`

@@ -1079,7 +1079,7 @@ mod tests {
         let matching = FrameMatching::new(&a, &symbols(&a), &b, &symbols(&b));
         let columns = (0.0, a.columns as f64);
         let frames = a.call_tree.frames.clone();
-        let bars = flame_bars(&frames, columns, 4000);
+        let bars = flame_bars(&frames, &[], columns, 4000);
         let picture = Rendered {
             image: Arc::new(egui::ColorImage::filled([1, 1], egui::Color32::BLACK)),
             flame_height: decoder::calltree::height(&frames),

@@ -385,7 +385,7 @@ pub fn paint_flame(
     }
     run.flush(&painter);
     // Names over the bars: of a frame, or of a run of calls of one function.
-    for label in decoder::raster::bar_labels(&r.bars, &r.frames) {
+    for label in decoder::raster::bar_labels(&r.bars) {
         if label.depth < scroll || label.depth >= scroll + levels {
             continue;
         }

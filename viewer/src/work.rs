@@ -318,7 +318,8 @@ fn render(
         Ok(frames) => frames,
         Err(e) => return outcome(e),
     };
-    let bars = flame_bars(&frames, key.columns, key.size.0);
+    let pruned = model.pruned_runs_for_view(from, to, per_pixel * MIN_BAR_PIXELS);
+    let bars = flame_bars(&frames, &pruned, key.columns, key.size.0);
     let view = key.bitmap_view();
     let names = |pc: u64| symbols.locate(pc).function.clone();
     match rasterize_bitmap_refined(model, refined, &view, &Palette::default(), &names, &mut |_, _| !cancel.is_set()) {
