@@ -214,38 +214,34 @@ pub fn report(args: ReportArgs) -> Result<()> {
     )?;
     let limit = args.limit;
     let title = if report.by_function.is_some() { "function" } else { "line" };
-    if report.by_function.as_ref().or(report.by_line.as_ref()).is_some_and(|rows| rows.is_empty()) {
-        // A header over no rows read as a table that failed to fill.
-        writeln!(out)?;
-        writeln!(out, "by {title}: the trace records no memory access, so there is nothing to group")?;
-    } else if let Some(rows) = report.by_function.as_ref().or(report.by_line.as_ref()) {
-        writeln!(out)?;
-        writeln!(
-            out,
-            "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {title}",
-            "self reads", "total reads", "self writes", "total writes", "D1 misses", "LL misses"
-        )?;
-        for r in rows.iter().take(limit) {
+    match report.by_function.as_deref().or(report.by_line.as_deref()) {
+        None => {}
+        Some([]) => no_rows(&mut out, &format!("by {title}: the trace records no memory access, so nothing to group"))?,
+        Some(rows) => {
+            writeln!(out)?;
             writeln!(
                 out,
-                "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {}",
-                r.self_reads,
-                r.total_reads,
-                r.self_writes,
-                r.total_writes,
-                r.self_misses.d1(),
-                r.self_misses.ll(),
-                r.label()
+                "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {title}",
+                "self reads", "total reads", "self writes", "total writes", "D1 misses", "LL misses"
             )?;
+            for r in rows.iter().take(limit) {
+                writeln!(
+                    out,
+                    "{:>12} {:>12} {:>12} {:>12} {:>10} {:>10}  {}",
+                    r.self_reads,
+                    r.total_reads,
+                    r.self_writes,
+                    r.total_writes,
+                    r.self_misses.d1(),
+                    r.self_misses.ll(),
+                    r.label()
+                )?;
+            }
         }
     }
     match report.by_allocation.as_deref() {
         None => {}
-        Some([]) => {
-            // A header over no rows read as a table that failed to fill.
-            writeln!(out)?;
-            writeln!(out, "by allocation: the trace records no allocation, so there is no block to group reads by")?;
-        }
+        Some([]) => no_rows(&mut out, "by allocation: the trace records no allocation, so no block to group reads by")?,
         Some(rows) => {
             writeln!(out)?;
             writeln!(
@@ -263,6 +259,13 @@ pub fn report(args: ReportArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Says why a table has no rows, in its place: a header over no rows read
+/// as a table that failed to fill.
+fn no_rows(out: &mut impl Write, why: &str) -> std::io::Result<()> {
+    writeln!(out)?;
+    writeln!(out, "{why}")
 }
 
 /// How the traced program ended, as the trace's trailer says (none for a

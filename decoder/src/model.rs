@@ -386,7 +386,7 @@ impl Model {
         min_width: f64,
         keep_going: &mut dyn FnMut() -> bool,
     ) -> Result<Vec<Frame>, DecodeError> {
-        if self.call_tree.pruned_below as f64 <= min_width.max(0.0) {
+        if self.stored_tree_serves(min_width) {
             return Ok(self.call_tree.overlapping(from, to).cloned().collect());
         }
         // Only the frames are wanted: the cheaper hashed set does.
@@ -409,11 +409,17 @@ impl Model {
     /// the stored tree at `min_width` (none otherwise: a replay rebuilds
     /// every frame).
     pub fn pruned_runs_for_view(&self, from: u64, to: u64, min_width: f64) -> Vec<crate::calltree::PrunedRun> {
-        if self.call_tree.pruned_below == 0 || self.call_tree.pruned_below as f64 > min_width.max(0.0) {
+        if !self.stored_tree_serves(min_width) {
             return Vec::new();
         }
         let runs = &self.call_tree.pruned_runs;
         runs.iter().filter(|r| r.first_column < to && r.end_column > from).cloned().collect()
+    }
+
+    /// Whether a view that needs every frame at least `min_width` columns
+    /// wide can take the stored tree: it dropped only narrower ones.
+    fn stored_tree_serves(&self, min_width: f64) -> bool {
+        self.call_tree.pruned_below as f64 <= min_width.max(0.0)
     }
 
     /// Replays the working set over columns `[from, to)`, calling `visit`

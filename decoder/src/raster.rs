@@ -1421,8 +1421,8 @@ pub fn render(
     let mut last_line: Option<u32> = None;
     for f in frames.iter().filter(|f| f.parent.is_none() && f.first_column > a) {
         let x = ((f.first_column as f64 - columns.0) / (columns.1 - columns.0) * f64::from(options.width)) as u32;
-        let next_end = ((f.end_column as f64 - columns.0) / (columns.1 - columns.0) * f64::from(options.width)) as u32;
-        let apart = last_line.is_none_or(|l| x >= l + INVOCATION_LINE_GAP) && next_end >= x + INVOCATION_LINE_GAP;
+        let end = ((f.end_column as f64 - columns.0) / (columns.1 - columns.0) * f64::from(options.width)) as u32;
+        let apart = last_line.is_none_or(|l| x >= l + INVOCATION_LINE_GAP) && end >= x + INVOCATION_LINE_GAP;
         if apart {
             for y in 0..flame_height {
                 flame.set(x, y, [0.9, 0.9, 0.95]);
