@@ -259,11 +259,8 @@ fn draw_labels(picture: &mut Picture, symbols: &Symbolizer) {
         if room < 3 {
             continue;
         }
-        let text = bar.text(&symbols.locate(bar.function).function);
-        let label: String = if text.chars().count() as i64 <= room {
-            text
-        } else {
-            text.chars().take((room - 2) as usize).chain("..".chars()).collect()
+        let Some(label) = bar.text_within(&symbols.locate(bar.function).function, room as usize, "..") else {
+            continue;
         };
         let y0 = (f64::from(bar.depth) * picture.bar_height).round() as i32;
         let at = Point::new(bar.x0.max(0.0) as i32 + 2, y0 + ((picture.bar_height as i32 - 10) / 2).max(0));

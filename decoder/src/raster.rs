@@ -1273,6 +1273,19 @@ impl BarLabel {
     pub fn text(&self, name: &str) -> String {
         if self.calls == 1 { name.to_string() } else { format!("{name} ({} calls)", self.calls) }
     }
+
+    /// [`BarLabel::text`] in at most `chars` characters: whole when it
+    /// fits, else cut and ended by `ellipsis` (the viewer's font has `…`,
+    /// `render`'s ASCII font writes `..`); `None` when not even one
+    /// character of the name fits before the ellipsis.
+    pub fn text_within(&self, name: &str, chars: usize, ellipsis: &str) -> Option<String> {
+        let text = self.text(name);
+        if text.chars().count() <= chars {
+            return Some(text);
+        }
+        let kept = chars.checked_sub(ellipsis.chars().count()).filter(|&k| k > 0)?;
+        Some(text.chars().take(kept).chain(ellipsis.chars()).collect())
+    }
 }
 
 /// The labels of `bars` (as [`flame_bars`] made them): a bar of one
@@ -1521,6 +1534,11 @@ mod tests {
         let three = BarLabel { x0: 0.0, x1: 6.0, depth: 0, function: f, calls: 3 };
         assert_eq!(three.text("strlen"), "strlen (3 calls)");
         assert_eq!(BarLabel { calls: 1, ..three }.text("strlen"), "strlen");
+        assert_eq!(three.text_within("strlen", 16, "…").as_deref(), Some("strlen (3 calls)"));
+        assert_eq!(three.text_within("strlen", 15, "…").as_deref(), Some("strlen (3 call…"));
+        assert_eq!(three.text_within("strlen", 5, "..").as_deref(), Some("str.."));
+        assert_eq!(three.text_within("strlen", 2, ".."), None, "no room for a character of the name");
+        assert_eq!(three.text_within("strlen", 0, "…"), None);
     }
 
     /// Random summary blocks: `rows` rows each, some rows empty.

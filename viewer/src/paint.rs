@@ -391,13 +391,8 @@ pub fn paint_flame(
         }
         let (x0, x1) = (bar_x(label.x0).max(flame.left()), bar_x(label.x1).min(flame.right()));
         let Some(name) = work.names.get(label.function).filter(|n| !n.is_empty() && x1 - x0 > 28.0) else { continue };
-        let text = label.text(name);
         let chars = ((x1 - x0 - 6.0) / 6.6) as usize;
-        let text: String = if text.chars().count() <= chars {
-            text
-        } else {
-            text.chars().take(chars.saturating_sub(1)).chain(['…']).collect()
-        };
+        let Some(text) = label.text_within(name, chars, "…") else { continue };
         let y = flame.top() + (label.depth - scroll) as f32 * BAR_H + (BAR_H - 1.0) / 2.0;
         painter.text(
             egui::pos2(x0 + 3.0, y),
