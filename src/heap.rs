@@ -34,10 +34,15 @@ pub fn refuse_heap_options(given: &[&str], what: &str) -> Result<()> {
 }
 
 /// [`refuse_heap_options`] for `command` without --allocations, which
-/// draws the reads of `trace` unless it is a trace of `record
-/// --allocations`.
-pub fn refuse_heap_options_for_reads(given: &[&str], trace: &std::path::Path, command: &str) -> Result<()> {
-    if given.is_empty() || crate::progress::header(trace).is_none_or(|m| m.records_allocations_only()) {
+/// draws the reads of `trace` (whose header is `metadata`, `None` when it
+/// has none) unless it is a trace of `record --allocations`.
+pub fn refuse_heap_options_for_reads(
+    given: &[&str],
+    trace: &std::path::Path,
+    metadata: Option<&trace_rt::format::Metadata>,
+    command: &str,
+) -> Result<()> {
+    if given.is_empty() || metadata.is_none_or(|m| m.records_allocations_only()) {
         // A file without a header is left to the decoding, which says why.
         return Ok(());
     }

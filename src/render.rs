@@ -42,7 +42,13 @@ pub fn render(mut args: RenderArgs) -> Result<()> {
     let columns =
         args.columns.as_deref().map(cli::parse_columns).transpose().map_err(|e| anyhow::anyhow!("--columns {e}"))?;
     if !args.allocations {
-        crate::heap::refuse_heap_options_for_reads(&args.heap_options_given(), &args.file, "render")?;
+        let metadata = crate::progress::header(&args.file);
+        crate::heap::refuse_heap_options_for_reads(
+            &args.heap_options_given(),
+            &args.file,
+            metadata.as_ref(),
+            "render",
+        )?;
     }
     let format = Format::of(&args.output)?;
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };

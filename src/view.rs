@@ -15,10 +15,13 @@ pub fn view(args: ViewArgs) -> Result<()> {
     for file in std::iter::once(&args.file).chain(&args.compare) {
         crate::progress::rereadable_trace_len(file)?;
     }
+    // `None` for a file without a header: left to the viewer, which says
+    // what is wrong with it.
+    let a_meta = crate::progress::header(&args.file);
     if let Some(b) = &args.compare
-        && let (Some(a_meta), Some(b_meta)) = (crate::progress::header(&args.file), crate::progress::header(b))
+        && let (Some(a_meta), Some(b_meta)) = (&a_meta, crate::progress::header(b))
     {
-        crate::heap::refuse_mixed_kinds((&args.file, &a_meta), (b, &b_meta), "view A B")?;
+        crate::heap::refuse_mixed_kinds((&args.file, a_meta), (b, &b_meta), "view A B")?;
     }
     if args.compare.is_some() {
         crate::heap::refuse_heap_options(
@@ -26,7 +29,7 @@ pub fn view(args: ViewArgs) -> Result<()> {
             "view A B compares reads (a heap: view --allocations FILE)",
         )?;
     } else if !args.allocations {
-        crate::heap::refuse_heap_options_for_reads(&args.heap_options_given(), &args.file, "view")?;
+        crate::heap::refuse_heap_options_for_reads(&args.heap_options_given(), &args.file, a_meta.as_ref(), "view")?;
     }
     let inputs: Vec<&Path> = std::iter::once(args.file.as_path()).chain(args.compare.as_deref()).collect();
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
@@ -51,7 +54,10 @@ pub fn view(args: ViewArgs) -> Result<()> {
         open_source: args.open_source,
     });
     options.bench = args.bench_json;
-    options.allocations = args.allocations || (args.compare.is_none() && records_allocations_only(&args.file));
+    // A trace of `record --allocations` opens the allocations view, the
+    // only one with something to show (said on stderr).
+    options.allocations = args.allocations
+        || (args.compare.is_none() && a_meta.as_ref().is_some_and(|m| crate::heap::heap_implied(m, "view")));
     if options.allocations
         && let Some((a, b)) = args.columns
     {
@@ -95,14 +101,6 @@ fn check_outputs(
         }
     }
     Ok(())
-}
-
-/// True for a trace of `record --allocations` (said on stderr): the
-/// viewer opens its allocation view, the only one with something to
-/// show. Read from the header; a file that has none is left to the
-/// viewer, which says what is wrong with it.
-fn records_allocations_only(trace: &Path) -> bool {
-    crate::progress::header(trace).is_some_and(|metadata| crate::heap::heap_implied(&metadata, "view"))
 }
 
 /// Runs the viewer, on a display of its own when there is none and it
