@@ -420,3 +420,69 @@ fn row_labels_name_bss_arrays_past_the_file() {
     assert!(labels.contains(&"a") && labels.contains(&"b"), "labels {labels:?} in\n{text}");
     assert!(labels.iter().all(|l| !l.starts_with("0x")), "unnamed rows: {labels:?}");
 }
+
+/// Rows of memory allocated before the recording began (so the recorder saw
+/// no allocation of it) are named by the mapping holding it, with both
+/// backends: early_heap's small blocks by the heap, its first large one
+/// (malloc maps it on its own) as anonymous memory. The second call's small
+/// block lies past the heap the recorder found at the first call, so it is
+/// named only if the recorder read the map again. Every row is checked
+/// against the addresses the program printed, through `at --row`.
+#[test]
+fn row_labels_name_memory_allocated_before_the_trace() {
+    let bin = c_example("early_heap", &[]);
+    for backend in ["rewrite", "ptrace"] {
+        let trace = trace_path(&format!("early-heap-{backend}"));
+        let out = record_with(&["--backend", backend, "-f", "work"], &bin, &[], &trace);
+        assert!(out.status.success(), "{backend}: {}", String::from_utf8_lossy(&out.stderr));
+        // `round=R small=0x… large=0x… sum=…`, one line a call.
+        let printed = String::from_utf8_lossy(&out.stdout).to_string();
+        let blocks: Vec<(String, u64, u64)> = printed
+            .lines()
+            .flat_map(|line| {
+                let round = line.split_whitespace().next().unwrap_or_default().to_string();
+                line.split_whitespace()
+                    .filter_map(|w| {
+                        let (name, hex) = w.split_once("=0x")?;
+                        let size = if name == "small" { 512 } else { 1 << 20 };
+                        Some((format!("{round} {name}"), u64::from_str_radix(hex, 16).ok()?, size))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(blocks.len(), 4, "{printed}");
+        let columns = report(&trace)["columns"].as_u64().expect("columns");
+        let at = |row: Option<usize>| -> serde_json::Value {
+            let mut cmd = linetrace();
+            cmd.args(["at", "--json", "--column", &(columns - 1).to_string()]).arg(&trace);
+            if let Some(row) = row {
+                cmd.args(["--row", &row.to_string()]);
+            }
+            let out = cmd.output().expect("at");
+            assert!(out.status.success(), "at: {}", String::from_utf8_lossy(&out.stderr));
+            serde_json::from_slice(&out.stdout).expect("at --json")
+        };
+        let bands = at(None)["bands"].as_array().expect("bands").clone();
+        assert!(bands.iter().all(|b| !b["label"].as_str().is_some_and(|l| l.starts_with("0x"))), "{bands:?}");
+        // Each block's label, from its rows' labels; eight lines of each are
+        // read.
+        let mut labels: Vec<(String, String)> = Vec::new();
+        for b in &bands {
+            let (first, rows) = (b["first_row"].as_u64().expect("row") as usize, b["rows"].as_u64().expect("rows"));
+            for row in first..first + rows as usize {
+                let line = at(Some(row))["line"]["address"].as_u64().expect("line address");
+                for (block, start, size) in &blocks {
+                    if line + 64 > *start && line < start + size {
+                        labels.push((block.clone(), b["label"].as_str().unwrap_or_default().to_string()));
+                    }
+                }
+            }
+        }
+        for (block, want) in
+            [("round=0 small", "heap"), ("round=0 large", "anonymous memory"), ("round=1 small", "heap")]
+        {
+            let got: Vec<&str> = labels.iter().filter(|(b, _)| b == block).map(|(_, l)| l.as_str()).collect();
+            assert_eq!(got, [want; 8], "{backend}: {block}'s rows; bands {bands:?}");
+        }
+    }
+}

@@ -198,6 +198,7 @@ pub(crate) fn decode(
             .collect(),
         sites: reader.sites().to_vec(),
         modules: reader.modules().to_vec(),
+        data_mappings: crate::model::merge_extents(reader.mappings().to_vec()),
         site_counts,
         columns,
         call_tree: std::mem::take(&mut events.calls).finish(columns),

@@ -308,9 +308,10 @@ const UNNAMED_GAP: u64 = 1 << 20;
 /// What each row's line is at `column`, as bands of rows with one label:
 /// the recorded block holding it (named by its allocating function), else
 /// the variable (data symbol) holding it, else the traced thread's stack
-/// (named by the innermost frame), else the module mapping it; rows of
-/// none of these make one band per run of them within 1 MiB of
-/// each other.
+/// (named by the innermost frame), else the module mapping it, else the
+/// data mapping holding it (the heap, a stack, anonymous memory, a data
+/// file: blocks allocated before the recording began); rows of none of
+/// these make one band per run of them within 1 MiB of each other.
 pub fn row_bands(model: &Model, symbols: &Symbolizer, column: u64) -> Result<Vec<RowBand>, DecodeError> {
     let mut cursor = ColumnCursor::<SortedLines>::new(model, column)?;
     cursor.step(&mut |_: Departure| {})?;
@@ -335,6 +336,8 @@ pub fn row_bands(model: &Model, symbols: &Symbolizer, column: u64) -> Result<Vec
             }
         } else if let Some(module) = symbols.module_name_at(lo) {
             format!("{module} data")
+        } else if let Some(mapping) = model.data_mapping_at(lo) {
+            mapping
         } else {
             // No name: consecutive such rows near each other make one
             // band, named by its first line's address and an ellipsis (one

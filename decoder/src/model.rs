@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use trace_rt::format::{Damage, Event, Metadata, Module, Site, TraceEnd};
+use trace_rt::format::{Damage, DataMapping, Event, Metadata, Module, Site, TraceEnd};
 
 use crate::DecodeError;
 use crate::allocations::AllocationIndex;
@@ -73,7 +73,26 @@ use crate::working_set::{Departure, HashedLines, LineState, OrderedWorkingSet, S
 /// 8: where the call tree's dropped frames were
 /// ([`crate::calltree::CallTree::pruned_runs`], [`Model::pruned_runs_for_view`]),
 /// drawn as summary bars.
-pub const MODEL_VERSION: u32 = 8;
+/// 9: the mappings no module covers ([`Model::data_mappings`]), which
+/// name the memory allocated before the recording began.
+pub const MODEL_VERSION: u32 = 9;
+
+/// `mappings` (as recorded: each read of the target's map adds the extents
+/// not written before) by start address, without the extents that a later
+/// one of the same name holds: a heap that grew between invocations was
+/// written at every size.
+pub fn merge_extents(mut mappings: Vec<DataMapping>) -> Vec<DataMapping> {
+    mappings.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+    let mut merged: Vec<DataMapping> = Vec::with_capacity(mappings.len());
+    for m in mappings {
+        // Sorted by start, so a holder is among those kept before.
+        let held = merged.iter().any(|k| k.name == m.name && k.start <= m.start && k.end >= m.end);
+        if !held {
+            merged.push(m);
+        }
+    }
+    merged
+}
 
 /// Most snapshots kept; beyond, every other one is dropped. A view of any
 /// column replays at most `columns / MAX_SNAPSHOTS * 2` columns first (with
@@ -259,6 +278,11 @@ pub struct Model {
     pub sites: Vec<Site>,
     /// Mapped modules (for symbolization).
     pub modules: Vec<Module>,
+    /// The mappings no module covers (the heap, stacks, anonymous memory,
+    /// data files) as the recorder found them at invocation starts, by start
+    /// address, each extent once ([`merge_extents`]); none in traces
+    /// before format v7.
+    pub data_mappings: Vec<DataMapping>,
     /// Counts per site (same indices as `sites`).
     pub site_counts: Vec<SiteCounts>,
     /// Number of read columns.
@@ -358,6 +382,23 @@ impl Model {
             .iter()
             .find(|&(_, &(lo, hi))| addr >= lo.saturating_sub(SLACK) && addr <= hi.saturating_add(SLACK))
             .map(|(&t, _)| t)
+    }
+
+    /// The name of the data mapping holding `addr`, for people: `heap`,
+    /// `stack`, `anonymous memory`, the name given to it (`[anon:NAME]`),
+    /// or its file's name (`LC_CTYPE`). `None` outside them, or in a trace
+    /// without them.
+    pub fn data_mapping_at(&self, addr: u64) -> Option<String> {
+        let mapping = self.data_mappings.iter().find(|m| (m.start..m.end).contains(&addr))?;
+        let name = mapping.name.as_str();
+        if name.is_empty() {
+            return Some("anonymous memory".to_string());
+        }
+        if name.starts_with('/') {
+            return Some(Path::new(name).file_name().map_or(name.into(), |f| f.to_string_lossy().into_owned()));
+        }
+        let inner = name.strip_prefix("[anon:").or_else(|| name.strip_prefix('[')).unwrap_or(name);
+        Some(inner.strip_suffix(']').unwrap_or(inner).to_string())
     }
 
     /// The recorded block holding `addr` at `column`, if any.

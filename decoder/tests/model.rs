@@ -750,3 +750,44 @@ fn unnamed_rows_band_together_while_near_each_other() {
     let got: Vec<(String, usize, usize)> = bands.into_iter().map(|b| (b.label, b.first_row, b.rows)).collect();
     assert_eq!(got, vec![("0x100000…".to_string(), 0, 4), ("0x90000000…".to_string(), 4, 2)]);
 }
+
+/// Rows of no variable, block, stack or module, in a data mapping the
+/// recorder found, take its name for people: `[heap]` is the heap,
+/// `[anon:NAME]` its name, a nameless one anonymous memory, a file its
+/// file's name; rows outside every mapping keep their address.
+#[test]
+fn rows_in_data_mappings_take_their_names() {
+    let lines = [0x10_0000, 0x20_0000, 0x30_0000, 0x40_0000, 0x48_0000, 0x50_0000];
+    let reads: Vec<(u64, u32)> = lines.iter().map(|&a| (a, 8)).collect();
+    let path = write_trace(&reads, true, 1 << 12);
+    let mut model = Model::decode(&path, &DecodeOptions::default(), &mut |_| {}).expect("decode");
+    let mapping =
+        |start: u64, name: &str| trace_rt::format::DataMapping { start, end: start + 0x1000, name: name.to_string() };
+    model.data_mappings = vec![
+        mapping(0x10_0000, "[heap]"),
+        mapping(0x20_0000, "[anon:arena 1]"),
+        mapping(0x30_0000, ""),
+        mapping(0x40_0000, "[stack]"),
+        mapping(0x48_0000, "/usr/lib/locale/C.utf8/LC_CTYPE"),
+    ];
+    let symbols = decoder::symbols::Symbolizer::new(&model.modules);
+    let bands = decoder::inspect::row_bands(&model, &symbols, model.columns - 1).expect("bands");
+    let got: Vec<(String, usize)> = bands.into_iter().map(|b| (b.label, b.first_row)).collect();
+    let want = [("heap", 0), ("arena 1", 1), ("anonymous memory", 2), ("stack", 3), ("LC_CTYPE", 4), ("0x500000…", 5)];
+    assert_eq!(got, want.map(|(l, r)| (l.to_string(), r)));
+}
+
+/// A heap written at every size it had keeps its largest extent; other
+/// mappings, and one of another name over the same addresses, stay.
+#[test]
+fn mapping_extents_written_again_merge() {
+    let m = |start: u64, end: u64, name: &str| trace_rt::format::DataMapping { start, end, name: name.into() };
+    let merged = decoder::model::merge_extents(vec![
+        m(0x1000, 0x2000, "[heap]"),
+        m(0x9000, 0xa000, ""),
+        m(0x1000, 0x5000, "[heap]"),
+        m(0x1000, 0x3000, "[heap]"),
+        m(0x2000, 0x3000, "[anon:arena]"),
+    ]);
+    assert_eq!(merged, vec![m(0x1000, 0x5000, "[heap]"), m(0x2000, 0x3000, "[anon:arena]"), m(0x9000, 0xa000, "")]);
+}

@@ -2,9 +2,9 @@
 
 use proptest::prelude::*;
 use trace_rt::format::{
-    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Damage, Event, FormatError, Implied, ImpliedAccess,
-    MappedRange, Metadata, Module, PackedKind, PackedRun, Record, Site, TargetExit, TraceEnd, TraceReader, TraceWriter,
-    Trailer, TruncationReason, pack_access, unpack_access,
+    AccessKind, AllocKind, Allocation, CustomAllocation, CustomOp, Damage, DataMapping, Event, FormatError, Implied,
+    ImpliedAccess, MappedRange, Metadata, Module, PackedKind, PackedRun, Record, Site, TargetExit, TraceEnd,
+    TraceReader, TraceWriter, Trailer, TruncationReason, pack_access, unpack_access,
 };
 
 fn site_strategy() -> impl Strategy<Value = Site> {
@@ -82,12 +82,18 @@ fn module() -> Module {
     }
 }
 
+/// The heap as `/proc/PID/maps` names it (written since v7).
+fn mapping() -> DataMapping {
+    DataMapping { start: 0x5000_0000, end: 0x5002_1000, name: "[heap]".into() }
+}
+
 /// Writes `events` (thread, event) with small chunks so that chunking and
 /// per-chunk delta restarts are exercised.
 fn write(sites: &[Site], events: &[(u32, Event)], trailer: &Trailer, chunk: usize) -> Vec<u8> {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header");
     w.set_chunk_target(chunk);
     w.add_modules(&[module()]);
+    w.add_mappings(&[mapping()]);
     for s in sites {
         w.add_site(*s);
     }
@@ -425,7 +431,8 @@ fn a_corrupt_middle_chunk_is_skipped_and_reported() {
     let bytes = write(&sites, &events, &Trailer::default(), 600);
     let offsets = chunk_offsets(&bytes);
     assert!(offsets.len() > 8, "several chunks");
-    for (k, &at) in offsets.iter().enumerate().skip(4).take(offsets.len() - 6) {
+    // Past the metadata, modules, mappings, sites and strings.
+    for (k, &at) in offsets.iter().enumerate().skip(5).take(offsets.len() - 7) {
         assert_eq!(bytes[at + 4], 4, "an events chunk");
         for (field, value) in [(12usize, 0x00ff_0000u32), (12, 3), (0, 0), (20, 1)] {
             let mut b = bytes.clone();
@@ -622,6 +629,7 @@ fn check_fixture(name: &str, version: u16, sites: &[Site], events: &[(u32, Event
     assert_eq!(r.sites(), sites);
     assert_eq!(r.strings(), &["/bin/true".to_string()]);
     assert_eq!(r.metadata(), &metadata());
+    assert_eq!(r.mappings(), if version >= 7 { vec![mapping()] } else { Vec::new() });
     assert!(r.damage().is_empty());
     assert_fast_path_agrees(&bytes, name);
 }
@@ -715,6 +723,16 @@ fn reads_the_version_6_fixture() {
         e => (t, e),
     }));
     check_fixture("v6-work.lntrace", 6, &sites, &events);
+}
+
+/// Version-7 fixture, kept forever (written with LINETRACE_BLESS=1 when
+/// missing): the data mappings.
+#[test]
+fn reads_the_version_7_fixture() {
+    let (sites, mut events) = sample();
+    events.extend(flow_events());
+    events.extend(allocation_events().into_iter().map(|(_, e)| (7, e)));
+    check_fixture("v7-work.lntrace", 7, &sites, &events);
 }
 
 /// v5 writes an access of a site seen recently in the chunk in its short
@@ -979,6 +997,7 @@ fn compressing_on_a_thread_writes_the_same_file() {
     let mut w = TraceWriter::new(Vec::new(), &metadata()).expect("header").compress_on_own_thread().expect("thread");
     w.set_chunk_target(600);
     w.add_modules(&[module()]);
+    w.add_mappings(&[mapping()]);
     sites.iter().for_each(|s| {
         w.add_site(*s);
     });

@@ -237,9 +237,7 @@ impl Tracer {
     /// buffer and stream, and every stop is handled by [`Self::translated_stop`]
     /// as it comes.
     pub(super) fn start_translated(&mut self, tid: Tid, mut regs: Regs) -> Result<(), InstrumentError> {
-        if !self.modules_loaded {
-            self.load_modules()?;
-        }
+        self.at_invocation_start()?;
         if regs.gs_base != 0 {
             return Err(CodegenError::UsesGs(regs.rip).into());
         }

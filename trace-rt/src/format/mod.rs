@@ -1,4 +1,4 @@
-//! The linetrace trace file format, version 6 (versions 1 to 5 still read).
+//! The linetrace trace file format, version 7 (versions 1 to 6 still read).
 //!
 //! This module is a public contract between the recorders (`instrument`, and
 //! later the in-process runtime) and the `decoder`. Changing the byte layout
@@ -22,6 +22,11 @@
 //! - `Modules`: JSON list of [`Module`]s (path, build-id, mapped ranges and
 //!   file offsets), so PIE, ASLR and shared libraries can be symbolized later.
 //!   Several such chunks may appear (libraries loaded late); later ones add.
+//! - `Mappings` (v7): JSON list of [`DataMapping`]s, the mappings no module
+//!   symbolizes (the heap, stacks, anonymous memory, files that are not ELF
+//!   such as locale data), as found when invocations start, so that memory
+//!   the program allocated before the recording still has a name. Later
+//!   chunks add (the heap grows: each extent found is written once).
 //! - `Sites`: part of the static site table, a list of [`Site`]s (pc,
 //!   instruction length, access kind, access size, element count).
 //!   v2: `first_id:varint count:varint site*` — the chunk says which ids it
@@ -120,7 +125,7 @@ use serde::{Deserialize, Serialize};
 /// First eight bytes of every trace file.
 pub const MAGIC: [u8; 8] = *b"LNTRACE\0";
 /// Format version written by this crate.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// Oldest format version the reader still reads.
 pub const OLDEST_VERSION: u16 = 1;
 /// Size of the file header in bytes.
@@ -169,6 +174,8 @@ pub enum ChunkKind {
     End = 5,
     /// JSON string table (v2).
     Strings = 6,
+    /// JSON list of [`DataMapping`]s (v7).
+    Mappings = 7,
 }
 
 impl ChunkKind {
@@ -180,6 +187,7 @@ impl ChunkKind {
             4 => ChunkKind::Events,
             5 => ChunkKind::End,
             6 => ChunkKind::Strings,
+            7 => ChunkKind::Mappings,
             _ => return None,
         })
     }
@@ -270,6 +278,24 @@ pub struct MappedRange {
     pub file_offset: u64,
     /// Permissions as in `/proc/PID/maps`, e.g. `r-xp`.
     pub perms: String,
+}
+
+/// A mapping of the traced process that no [`Module`] covers, as
+/// `/proc/PID/maps` shows it: memory of no file (the heap of `brk`, the
+/// main thread's stack, anonymous memory: `mmap`ed blocks of malloc, other
+/// threads' stacks, arenas) and files that are no module (locale data,
+/// caches). Blocks allocated before the recording began are in these, and
+/// they are the only name such memory has.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataMapping {
+    /// First mapped address.
+    pub start: u64,
+    /// One past the last mapped address.
+    pub end: u64,
+    /// The name `/proc/PID/maps` gives it: the file's path, or `[heap]`,
+    /// `[stack]`, `[anon:NAME]`, `[vvar]`; empty for plain anonymous
+    /// memory.
+    pub name: String,
 }
 
 /// How an instruction touches memory.

@@ -9,8 +9,8 @@ use super::event::{decode_sites, read_events_prefix};
 use super::varint::Cursor;
 use super::writer::StringTable;
 use super::{
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkDecoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES,
-    Metadata, Module, OLDEST_VERSION, Site, SiteId, ThreadId, Trailer, VERSION,
+    CHUNK_HEADER_LEN, CHUNK_MAGIC, ChunkDecoder, ChunkKind, DataMapping, Event, FormatError, HEADER_LEN, MAGIC,
+    MAX_CHUNK_BYTES, Metadata, Module, OLDEST_VERSION, Site, SiteId, ThreadId, Trailer, VERSION,
 };
 
 /// Most strings a string table may hold.
@@ -110,6 +110,7 @@ pub struct TraceReader<R: Read> {
     sites: Vec<Site>,
     strings: Vec<String>,
     modules: Vec<Module>,
+    mappings: Vec<DataMapping>,
     raw: Vec<u8>,
     pos: usize,
     thread: ThreadId,
@@ -228,6 +229,7 @@ impl<R: Read> TraceReader<R> {
             sites: Vec::new(),
             strings: Vec::new(),
             modules: Vec::new(),
+            mappings: Vec::new(),
             raw: Vec::new(),
             pos: 0,
             thread: 0,
@@ -278,6 +280,11 @@ impl<R: Read> TraceReader<R> {
     /// Modules recorded so far.
     pub fn modules(&self) -> &[Module] {
         &self.modules
+    }
+
+    /// Data mappings recorded so far (none before v7).
+    pub fn mappings(&self) -> &[DataMapping] {
+        &self.mappings
     }
 
     /// How the file ended; `None` until the last event has been read.
@@ -410,6 +417,10 @@ impl<R: Read> TraceReader<R> {
             ChunkKind::Modules => match serde_json::from_slice::<Vec<Module>>(&raw) {
                 Ok(m) => self.modules.extend(m),
                 Err(e) => self.damage.push(Damage { offset, bytes: len, what: format!("module map: {e}") }),
+            },
+            ChunkKind::Mappings => match serde_json::from_slice::<Vec<DataMapping>>(&raw) {
+                Ok(m) => self.mappings.extend(m),
+                Err(e) => self.damage.push(Damage { offset, bytes: len, what: format!("data mappings: {e}") }),
             },
             ChunkKind::End => match serde_json::from_slice::<Trailer>(&raw) {
                 Ok(t) => self.end = Some(TraceEnd::Finished(t)),

@@ -6,8 +6,8 @@ use std::time::Instant;
 use super::chunk_output::{ChunkOutput, ChunkSink};
 use super::event::{encode_sites, put_events_prefix};
 use super::{
-    ChunkEncoder, ChunkKind, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module, PackedKind,
-    PackedRun, Site, SiteId, StringId, ThreadId, Trailer, VERSION,
+    ChunkEncoder, ChunkKind, DataMapping, Event, FormatError, HEADER_LEN, MAGIC, MAX_CHUNK_BYTES, Metadata, Module,
+    PackedKind, PackedRun, Site, SiteId, StringId, ThreadId, Trailer, VERSION,
 };
 
 /// Raw bytes buffered per thread before its chunk is compressed and written.
@@ -32,6 +32,7 @@ pub struct TraceWriter<W: Write> {
     strings_defined: u32,
     pending_strings: Vec<String>,
     pending_modules: Vec<Module>,
+    pending_mappings: Vec<DataMapping>,
     chunk_target: usize,
     /// Reused buffer: an events chunk's raw payload.
     raw: Vec<u8>,
@@ -70,6 +71,7 @@ impl<W: Write> TraceWriter<W> {
             strings_defined: 0,
             pending_strings: Vec::new(),
             pending_modules: Vec::new(),
+            pending_mappings: Vec::new(),
             chunk_target: DEFAULT_CHUNK_TARGET,
             raw: Vec::new(),
             started: Instant::now(),
@@ -120,6 +122,12 @@ impl<W: Write> TraceWriter<W> {
     /// Records modules mapped into the target.
     pub fn add_modules(&mut self, modules: &[Module]) {
         self.pending_modules.extend_from_slice(modules);
+    }
+
+    /// Records mappings of the target that no module covers (the heap,
+    /// stacks, anonymous memory, data files).
+    pub fn add_mappings(&mut self, mappings: &[DataMapping]) {
+        self.pending_mappings.extend_from_slice(mappings);
     }
 
     /// Appends an event of thread `thread`.
@@ -253,6 +261,12 @@ impl<W: Write> TraceWriter<W> {
                 serde_json::to_vec(&self.pending_modules).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
             self.pending_modules.clear();
             self.write_chunk(ChunkKind::Modules, 0, &json)?;
+        }
+        if !self.pending_mappings.is_empty() {
+            let json =
+                serde_json::to_vec(&self.pending_mappings).map_err(|e| FormatError::InvalidEvent(e.to_string()))?;
+            self.pending_mappings.clear();
+            self.write_chunk(ChunkKind::Mappings, 0, &json)?;
         }
         if !self.pending_sites.is_empty() {
             let first = self.sites_defined - self.pending_sites.len() as u32;
