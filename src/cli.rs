@@ -110,6 +110,10 @@ pub enum Command {
     /// file:line, address, size), the cache line at a row (bytes read,
     /// distinct bytes, age) and the allocation holding it — what hovering
     /// that point in the viewer shows.
+    ///
+    /// For a trace of `record --allocations`, whose picture is the heap over
+    /// allocation events: `--event N --address A` prints the block holding
+    /// address A just after event N, as hovering the allocations view does.
     At(AtArgs),
     /// Print every event of a trace, one per line, for grep and scripts.
     ///
@@ -774,11 +778,18 @@ pub struct AtArgs {
     /// Trace file to read.
     pub file: PathBuf,
     /// The column (0-based read number).
-    #[arg(long)]
-    pub column: u64,
+    #[arg(long, required_unless_present = "event")]
+    pub column: Option<u64>,
     /// A row of the bitmap at that column (0: the lowest address).
-    #[arg(long)]
+    #[arg(long, requires = "column")]
     pub row: Option<usize>,
+    /// The allocation event (0-based) of a trace of `record --allocations`:
+    /// the heap just after it.
+    #[arg(long, requires = "address", conflicts_with = "column")]
+    pub event: Option<u64>,
+    /// The address at that event, hex (`0x55d0c1000010`) or decimal.
+    #[arg(long, value_parser = parse_address, requires = "event")]
+    pub address: Option<u64>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -842,6 +853,16 @@ pub fn parse_addresses(text: &str) -> Result<(u64, u64), String> {
         return Err(format!("--addresses {text:?}: the range is empty"));
     }
     Ok((a, b))
+}
+
+/// Parses an address: hex with `0x`, or decimal.
+pub fn parse_address(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse::<u64>(),
+    }
+    .map_err(|_| format!("{text:?} is not an address (hex with 0x, or decimal)"))
 }
 
 /// Parses `A..B` into a column range.

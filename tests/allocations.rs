@@ -741,13 +741,74 @@ fn an_allocation_trace_shows_its_heap_unasked() {
     assert!(String::from_utf8_lossy(&unasked.stderr).contains(note));
     run(&["render", "--allocations", "-o", png_asked.to_str().expect("path")]);
     assert!(std::fs::read(&png_unasked).expect("png") == std::fs::read(&png_asked).expect("png"), "the same picture");
-    // Commands that show accesses refuse it rather than answer empty.
+    // Commands that show accesses refuse it rather than answer empty; `at`
+    // says how to ask for a point of the heap picture.
     let csv = trace.with_extension("csv");
-    for args in [&["export", "--format", "csv", "-o", csv.to_str().expect("path")][..], &["at", "--column", "0"]] {
+    for (args, why) in [
+        (&["export", "--format", "csv", "-o", csv.to_str().expect("path")][..], "it has no memory accesses"),
+        (&["at", "--column", "0"], "with no read columns; ask with --event N --address A"),
+    ] {
         let out = linetrace().args(args).arg(&trace).output().expect("linetrace runs");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("is a trace of `record --allocations`: it has no memory accesses"), "{stderr}");
+        assert!(stderr.contains("is a trace of `record --allocations`") && stderr.contains(why), "{stderr}");
     }
     assert!(!csv.exists(), "no export written");
+}
+
+/// `at --event N --address A` answers for the allocations view what hovering
+/// it shows: the block holding A just after event N, or that none does.
+/// Checked against the addresses early_heap prints, and the order of its
+/// calls: its first block (event 0) is never freed; its first large block
+/// is freed within the first call; the second call's blocks come after the
+/// 4096 blocks `main` allocates between the calls.
+#[test]
+fn at_an_event_and_address_names_the_block_there() {
+    let bin = c_example("early_heap", &[]);
+    let trace = trace_path("early-heap-at");
+    let out = record_allocations(&bin, &[], &trace);
+    assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let address = |round: &str, name: &str| -> String {
+        let line = printed.lines().find(|l| l.starts_with(&format!("round={round} "))).expect("round line");
+        let word = line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).expect("address");
+        word.to_string()
+    };
+    let events = heap_report(&trace)["events"].as_u64().expect("allocator calls");
+    assert!(events > 4096, "{events} allocator calls");
+    let last = (events - 1).to_string();
+    let at = |event: &str, address: &str| -> (Option<i32>, String, String) {
+        let out =
+            linetrace().args(["at", "--event", event, "--address", address]).arg(&trace).output().expect("at runs");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let small0 = address("0", "small");
+    let (code, text, _) = at(&last, &small0);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("malloc of 512 bytes") && text.contains(&format!("at {small0}..")), "{text}");
+    assert!(text.contains("from call (c/early_heap.c:") && text.contains("never freed"), "{text}");
+    let large0 = address("0", "large");
+    let (_, text, _) = at("1", &large0);
+    assert!(text.contains("malloc of 1048576 bytes"), "allocated at event 1:\n{text}");
+    let (_, text, _) = at(&last, &large0);
+    assert!(text.contains("free: no block holds it"), "freed in the first call:\n{text}");
+    let small1 = address("1", "small");
+    let (_, text, _) = at("1", &small1);
+    assert!(text.contains("free: no block holds it"), "not allocated yet:\n{text}");
+    let (_, text, _) = at(&last, &small1);
+    assert!(text.contains("malloc of 512 bytes") && text.contains(&format!("at {small1}..")), "{text}");
+    // The same through --json.
+    let out =
+        linetrace().args(["at", "--json", "--event", &last, "--address", &small0]).arg(&trace).output().expect("at");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("at --json");
+    assert_eq!(json["block"]["size"], 512);
+    assert_eq!(format!("{:#x}", json["block"]["address"].as_u64().expect("address")), small0);
+    // Past the last event, and a malformed address: said, exit 2.
+    let (code, _, stderr) = at(&events.to_string(), &small0);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains(&format!("the trace has {events} allocation events")), "{stderr}");
+    let (code, _, stderr) = at(&last, "0xzz");
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("is not an address"), "{stderr}");
 }

@@ -366,6 +366,27 @@ pub fn size_class(size: u64) -> &'static str {
     SizeClass::of(size).name()
 }
 
+/// What hovering a block of the heap picture says of it, a line each:
+/// what allocated it and how large, its addresses, its allocating function
+/// and line, its thread and lifetime in events, its size class. One
+/// definition for the viewer's tooltip and `linetrace at`.
+pub fn describe_block(b: &AllocationRecord, model: &Model, symbols: &Symbolizer) -> Vec<String> {
+    let at = symbols.locate(b.callsite);
+    let freed = b.free_event.map_or("never freed".to_string(), |f| format!("freed at event {f}"));
+    let usable = if b.usable > 0 { format!(" ({} usable)", b.usable) } else { String::new() };
+    let by = match b.allocator {
+        Some(id) => model.allocator_names.get(&id).map_or("a custom allocator", String::as_str),
+        None => b.kind.name(),
+    };
+    vec![
+        format!("{by} of {} bytes{usable}", b.size),
+        format!("at {:#x}..{:#x}", b.address, b.end()),
+        format!("from {} ({})", at.function, at.file_line()),
+        format!("thread {}, allocated at event {}, {freed}", b.thread, b.alloc_event),
+        size_class(b.size).to_string(),
+    ]
+}
+
 /// Address spans merged into regions: spans no more than [`REGION_GAP`]
 /// apart are one region. In address order.
 pub fn address_regions(spans: impl IntoIterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {

@@ -1059,18 +1059,9 @@ fn cushion_cursors(
 }
 
 fn block_lines(b: &decoder::allocations::AllocationRecord, l: &Loaded, when: &str) -> Vec<String> {
-    let at = l.symbols.locate(b.callsite);
-    let freed = b.free_event.map_or("never freed".to_string(), |f| format!("freed at event {f}"));
-    let usable = if b.usable > 0 { format!(" ({} usable)", b.usable) } else { String::new() };
-    let by = match b.allocator {
-        Some(id) => l.model.allocator_names.get(&id).map_or("a custom allocator", String::as_str),
-        None => b.kind.name(),
-    };
-    vec![
-        format!("{by} of {} bytes{usable}", b.size),
-        format!("at {:#x}..{:#x}", b.address, b.end()),
-        format!("from {} ({})", at.function, at.file_line()),
-        format!("thread {}, allocated at event {}, {freed}", b.thread, b.alloc_event),
-        format!("{}; hovered at {when}", decoder::heap::size_class(b.size)),
-    ]
+    let mut lines = decoder::heap::describe_block(b, &l.model, &l.symbols);
+    if let Some(class) = lines.last_mut() {
+        class.push_str(&format!("; hovered at {when}"));
+    }
+    lines
 }
