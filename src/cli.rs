@@ -192,7 +192,8 @@ pub enum ExportFormat {
     Folded,
     /// speedscope's JSON file format.
     Speedscope,
-    /// Comma-separated values, one access per row.
+    /// Comma-separated values, one access per row (one block per row for a
+    /// trace of `record --allocations`).
     Csv,
 }
 

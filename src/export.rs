@@ -9,7 +9,10 @@
 //!   working-set size, line fetches and bytes read per fetch.
 //! - `speedscope`: speedscope's evented format, one profile per thread,
 //!   with read columns as the unit of time.
-//! - `csv`: one row per access, for pandas/polars.
+//! - `csv`: one row per access, for pandas/polars; for a trace of `record
+//!   --allocations` (no accesses), one row per block instead: when it
+//!   lived in allocation events and nanoseconds, where, how large, who
+//!   allocated it.
 
 use std::collections::HashMap;
 use std::io::{BufWriter, Write};
@@ -33,14 +36,26 @@ const COUNTER_SAMPLES: u64 = 4096;
 pub fn export(args: ExportArgs) -> Result<()> {
     let replace = if args.force { Replace::Anything } else { Replace::NotTracesOrPrograms };
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;
+    // A trace of `record --allocations` has blocks and no accesses: only
+    // the CSV has a form for them. Said before decoding, which can take long.
+    crate::progress::rereadable_trace_len(&args.file)?;
+    let blocks_only = crate::progress::header(&args.file).is_some_and(|m| m.records_allocations_only());
+    if blocks_only && !matches!(args.format, ExportFormat::Csv) {
+        anyhow::bail!(
+            "{} is a trace of `record --allocations`: it has no memory accesses for --format {} (--format csv \
+             exports its blocks, one a row; report, render and view show its heap)",
+            args.file.display(),
+            clap::ValueEnum::to_possible_value(&args.format).map_or_else(String::new, |v| v.get_name().to_string())
+        );
+    }
     let model = decode(&args.file, &args.decode)?;
-    crate::heap::refuse_allocations_only(&args.file, &model.metadata, "export")?;
     let symbols = Symbolizer::with_paths(&model.modules, args.decode.symbol_paths());
     let names = Names::new(&symbols);
     let file = out.create()?;
     let written = (|| -> Result<()> {
         let mut w = BufWriter::new(file);
         match args.format {
+            ExportFormat::Csv if blocks_only => block_csv(&model, &names, &mut w)?,
             ExportFormat::Folded => folded(&model, &names, args.weight, &mut w)?,
             ExportFormat::Chrome => chrome(&model, &names, &mut w)?,
             ExportFormat::Speedscope => speedscope(&model, &names, &mut w)?,
@@ -303,4 +318,39 @@ fn csv(model: &Model, names: &Names, out: &mut dyn Write) -> Result<()> {
         )?;
         Ok(())
     })
+}
+
+/// One row per block of a trace of `record --allocations`, in the order
+/// they were made: its lifetime in allocation events (the allocations
+/// view's x axis) and in nanoseconds where the recorder timed the calls
+/// (empty when not freed, or not timed), its addresses and sizes, what made
+/// it, and the function and line that called the allocator.
+fn block_csv(model: &Model, names: &Names, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "alloc_event,free_event,alloc_ns,free_ns,address,size,usable,kind,allocator,thread,callsite,function,file_line"
+    )?;
+    let optional = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    for b in &model.allocations {
+        let location = names.locate(b.callsite);
+        let allocator = b.allocator.and_then(|id| model.allocator_names.get(&id)).map_or("", String::as_str);
+        writeln!(
+            out,
+            "{},{},{},{},{:#x},{},{},{},{},{},{:#x},{},{}",
+            b.alloc_event,
+            optional(b.free_event),
+            optional(b.alloc_ns),
+            optional(b.free_ns),
+            b.address,
+            b.size,
+            b.usable,
+            b.kind.name(),
+            csv_field(allocator),
+            b.thread,
+            b.callsite,
+            csv_field(&location.function),
+            csv_field(&location.file_line()),
+        )?;
+    }
+    Ok(())
 }

@@ -74,23 +74,6 @@ pub fn refuse_mixed_kinds(
     Ok(())
 }
 
-/// Refuses a trace of `record --allocations` for `command`, which shows
-/// memory accesses (`at`, `export`): it has none, and an empty answer
-/// would look like a function that read nothing.
-pub fn refuse_allocations_only(
-    trace: &std::path::Path,
-    metadata: &trace_rt::format::Metadata,
-    command: &str,
-) -> Result<()> {
-    if metadata.records_allocations_only() {
-        anyhow::bail!(
-            "{} is a trace of `record --allocations`: it has no memory accesses for {command} (report, render and view show its heap)",
-            trace.display()
-        );
-    }
-    Ok(())
-}
-
 /// The `report --allocations --json` document.
 #[derive(Serialize)]
 struct HeapJson<'a> {

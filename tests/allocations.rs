@@ -741,11 +741,11 @@ fn an_allocation_trace_shows_its_heap_unasked() {
     assert!(String::from_utf8_lossy(&unasked.stderr).contains(note));
     run(&["render", "--allocations", "-o", png_asked.to_str().expect("path")]);
     assert!(std::fs::read(&png_unasked).expect("png") == std::fs::read(&png_asked).expect("png"), "the same picture");
-    // Commands that show accesses refuse it rather than answer empty; `at`
-    // says how to ask for a point of the heap picture.
-    let csv = trace.with_extension("csv");
+    // What shows accesses refuses it rather than answer empty, and says
+    // what it does take.
+    let json = trace.with_extension("json");
     for (args, why) in [
-        (&["export", "--format", "csv", "-o", csv.to_str().expect("path")][..], "it has no memory accesses"),
+        (&["export", "--format", "chrome", "-o", json.to_str().expect("path")][..], "--format csv exports its blocks"),
         (&["at", "--column", "0"], "with no read columns; ask with --event N --address A"),
     ] {
         let out = linetrace().args(args).arg(&trace).output().expect("linetrace runs");
@@ -753,7 +753,69 @@ fn an_allocation_trace_shows_its_heap_unasked() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains("is a trace of `record --allocations`") && stderr.contains(why), "{stderr}");
     }
-    assert!(!csv.exists(), "no export written");
+    assert!(!json.exists(), "no export written");
+}
+
+/// `export --format csv` of a trace of `record --allocations` writes one row
+/// per block, in the order they were made. Checked against early_heap's
+/// printed addresses and calls: its first block (512 bytes, never freed),
+/// its first large block (freed), and as many rows as `report` counts
+/// blocks and mappings.
+#[test]
+fn a_csv_export_of_an_allocation_trace_has_a_row_per_block() {
+    let early = EarlyHeap::record("early-heap-csv");
+    let trace = &early.trace;
+    let csv = trace.with_extension("csv");
+    let out = linetrace().args(["export", "--format", "csv", "-o"]).arg(&csv).arg(trace).output().expect("export");
+    assert!(out.status.success(), "export: {}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&csv).expect("csv");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let field = |row: &[&str], name: &str| -> String {
+        let i = header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name}: {header:?}"));
+        row[i].to_string()
+    };
+    let heap = heap_report(trace);
+    let blocks = heap["blocks"].as_u64().expect("blocks") + heap["mappings"].as_u64().expect("mappings");
+    assert_eq!(rows.len() as u64, blocks, "a row per block and mapping");
+    let events: Vec<u64> = rows.iter().map(|r| field(r, "alloc_event").parse().expect("event")).collect();
+    assert!(events.windows(2).all(|w| w[0] < w[1]), "in the order made");
+    let address = |name: &str| early.address("0", name);
+    let row_at = |address: &str| rows.iter().find(|r| field(r, "address") == address).cloned();
+    let small = row_at(&address("small")).unwrap_or_else(|| panic!("no row of the small block in\n{text}"));
+    assert_eq!((field(&small, "size"), field(&small, "free_event")), ("512".into(), String::new()), "{small:?}");
+    assert_eq!((field(&small, "kind"), field(&small, "function")), ("malloc".into(), "call".into()), "{small:?}");
+    assert!(field(&small, "file_line").starts_with("c/early_heap.c:"), "{small:?}");
+    let large = row_at(&address("large")).unwrap_or_else(|| panic!("no row of the large block in\n{text}"));
+    assert_eq!(field(&large, "size"), "1048576");
+    let (alloc, free) = (field(&large, "alloc_event"), field(&large, "free_event"));
+    assert!(free.parse::<u64>().expect("freed") > alloc.parse::<u64>().expect("event"), "{large:?}");
+}
+
+/// examples/c/early_heap.c recorded with `record --allocations` into a
+/// trace named `name`, and what it printed: one line a call,
+/// `round=R small=0x… large=0x… sum=…`.
+struct EarlyHeap {
+    trace: std::path::PathBuf,
+    printed: String,
+}
+
+impl EarlyHeap {
+    fn record(name: &str) -> EarlyHeap {
+        let bin = c_example("early_heap", &[]);
+        let trace = trace_path(name);
+        let out = record_allocations(&bin, &[], &trace);
+        assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
+        EarlyHeap { trace, printed: String::from_utf8_lossy(&out.stdout).to_string() }
+    }
+
+    /// The address printed for block `name` (`small`, `large`) of call
+    /// `round`, as printed (`0x…`).
+    fn address(&self, round: &str, name: &str) -> String {
+        let line = self.printed.lines().find(|l| l.starts_with(&format!("round={round} "))).expect("round line");
+        line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).expect("address").to_string()
+    }
 }
 
 /// `at --event N --address A` answers for the allocations view what hovering
@@ -764,22 +826,14 @@ fn an_allocation_trace_shows_its_heap_unasked() {
 /// 4096 blocks `main` allocates between the calls.
 #[test]
 fn at_an_event_and_address_names_the_block_there() {
-    let bin = c_example("early_heap", &[]);
-    let trace = trace_path("early-heap-at");
-    let out = record_allocations(&bin, &[], &trace);
-    assert!(out.status.success(), "record: {}", String::from_utf8_lossy(&out.stderr));
-    let printed = String::from_utf8_lossy(&out.stdout).to_string();
-    let address = |round: &str, name: &str| -> String {
-        let line = printed.lines().find(|l| l.starts_with(&format!("round={round} "))).expect("round line");
-        let word = line.split_whitespace().find_map(|w| w.strip_prefix(&format!("{name}="))).expect("address");
-        word.to_string()
-    };
-    let events = heap_report(&trace)["events"].as_u64().expect("allocator calls");
+    let early = EarlyHeap::record("early-heap-at");
+    let (trace, address) = (&early.trace, |round: &str, name: &str| early.address(round, name));
+    let events = heap_report(trace)["events"].as_u64().expect("allocator calls");
     assert!(events > 4096, "{events} allocator calls");
     let last = (events - 1).to_string();
     let at = |event: &str, address: &str| -> (Option<i32>, String, String) {
         let out =
-            linetrace().args(["at", "--event", event, "--address", address]).arg(&trace).output().expect("at runs");
+            linetrace().args(["at", "--event", event, "--address", address]).arg(trace).output().expect("at runs");
         let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
         (out.status.code(), text(&out.stdout), text(&out.stderr))
     };
@@ -800,7 +854,7 @@ fn at_an_event_and_address_names_the_block_there() {
     assert!(text.contains("malloc of 512 bytes") && text.contains(&format!("at {small1}..")), "{text}");
     // The same through --json.
     let out =
-        linetrace().args(["at", "--json", "--event", &last, "--address", &small0]).arg(&trace).output().expect("at");
+        linetrace().args(["at", "--json", "--event", &last, "--address", &small0]).arg(trace).output().expect("at");
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("at --json");
     assert_eq!(json["block"]["size"], 512);
     assert_eq!(format!("{:#x}", json["block"]["address"].as_u64().expect("address")), small0);
