@@ -16,8 +16,7 @@ use crate::progress::decode;
 pub fn at(args: AtArgs) -> Result<()> {
     // The kind decides which point was asked for: said before decoding,
     // which can take long.
-    crate::progress::rereadable_trace_len(&args.file)?;
-    let heap = crate::progress::header(&args.file).is_some_and(|m| m.records_allocations_only());
+    let heap = crate::progress::header(&args.file)?.is_some_and(|m| m.records_allocations_only());
     let point = match (heap, args.column, args.event.zip(args.address)) {
         (false, Some(column), _) => Point::Column { column, row: args.row },
         (true, _, Some((event, address))) => Point::Heap { event, address },

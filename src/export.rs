@@ -38,8 +38,7 @@ pub fn export(args: ExportArgs) -> Result<()> {
     let out = PendingOutput::new(&args.output, &[&args.file], replace)?;
     // A trace of `record --allocations` has blocks and no accesses: only
     // the CSV has a form for them. Said before decoding, which can take long.
-    crate::progress::rereadable_trace_len(&args.file)?;
-    let blocks_only = crate::progress::header(&args.file).is_some_and(|m| m.records_allocations_only());
+    let blocks_only = crate::progress::header(&args.file)?.is_some_and(|m| m.records_allocations_only());
     if blocks_only && !matches!(args.format, ExportFormat::Csv) {
         anyhow::bail!(
             "{} is a trace of `record --allocations`: it has no memory accesses for --format {} (--format csv \

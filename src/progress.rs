@@ -79,11 +79,15 @@ pub fn rereadable_trace_len(file: &Path) -> Result<u64> {
     )
 }
 
-/// The metadata in the header of `trace`; `None` for a file that has none,
-/// left to the command's decoding, which says what is wrong with it.
-pub fn header(trace: &Path) -> Option<trace_rt::format::Metadata> {
-    let file = std::fs::File::open(trace).ok()?;
-    trace_rt::format::TraceReader::new(std::io::BufReader::new(file)).ok().map(|reader| reader.metadata().clone())
+/// The metadata in the header of `trace`, for commands that look at it
+/// before decoding; `None` for a file that has none, left to the decoding,
+/// which says what is wrong with it. A pipe, a device or a socket is an
+/// error first ([`rereadable_trace_len`]): the header's read would use up
+/// what the decoding needs, and opening a pipe waits for a writer.
+pub fn header(trace: &Path) -> Result<Option<trace_rt::format::Metadata>> {
+    rereadable_trace_len(trace)?;
+    let Ok(file) = std::fs::File::open(trace) else { return Ok(None) };
+    Ok(trace_rt::format::TraceReader::new(std::io::BufReader::new(file)).ok().map(|reader| reader.metadata().clone()))
 }
 
 /// Decodes a trace, with a progress bar when that takes over a second.

@@ -42,9 +42,7 @@ pub fn render(mut args: RenderArgs) -> Result<()> {
     let columns =
         args.columns.as_deref().map(cli::parse_columns).transpose().map_err(|e| anyhow::anyhow!("--columns {e}"))?;
     if !args.allocations {
-        // Before the header is read: opening a pipe waits for a writer.
-        crate::progress::rereadable_trace_len(&args.file)?;
-        let metadata = crate::progress::header(&args.file);
+        let metadata = crate::progress::header(&args.file)?;
         crate::heap::refuse_heap_options_for_reads(
             &args.heap_options_given(),
             &args.file,

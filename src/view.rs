@@ -12,14 +12,11 @@ use crate::output::{PendingOutput, Replace};
 
 /// Opens the viewer (or draws a screenshot) of a trace.
 pub fn view(args: ViewArgs) -> Result<()> {
-    for file in std::iter::once(&args.file).chain(&args.compare) {
-        crate::progress::rereadable_trace_len(file)?;
-    }
-    // `None` for a file without a header: left to the viewer, which says
-    // what is wrong with it.
-    let a_meta = crate::progress::header(&args.file);
+    // Both reads refuse a pipe given as a trace. `None` for a file without
+    // a header: left to the viewer, which says what is wrong with it.
+    let a_meta = crate::progress::header(&args.file)?;
     if let Some(b) = &args.compare
-        && let (Some(a_meta), Some(b_meta)) = (&a_meta, crate::progress::header(b))
+        && let (Some(a_meta), Some(b_meta)) = (&a_meta, crate::progress::header(b)?)
     {
         crate::heap::refuse_mixed_kinds((&args.file, a_meta), (b, &b_meta), "view A B")?;
     }

@@ -123,17 +123,9 @@ fn vdso_address(pid: Tid) -> Option<u64> {
 /// [`find_syscall_instruction`] the slow way: through the memory map.
 fn scan_for_syscall_instruction(pid: Tid) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let mut executable: Vec<(u64, u64, bool)> = text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_ascii_whitespace();
-            let (range, perms) = (f.next()?, f.next()?);
-            let vdso = l.ends_with("[vdso]");
-            let (s, e) = range.split_once('-')?;
-            perms
-                .contains('x')
-                .then(|| Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?, vdso)))?
-        })
+    let mut executable: Vec<(u64, u64, bool)> = maps::maps_lines(&text)
+        .filter(|l| l.perms.contains('x'))
+        .map(|l| (l.start, l.end, l.path == "[vdso]"))
         .collect();
     executable.sort_by_key(|&(_, _, vdso)| !vdso);
     for (start, end, _) in executable {

@@ -1,37 +1,52 @@
-//! The target's memory map (`/proc/PID/maps`) as a list of modules.
+//! The target's memory map (`/proc/PID/maps`): its modules, its data
+//! mappings, its ranges, and a watch on its size.
 
 use std::path::Path;
 
 use trace_rt::format::{DataMapping, MappedRange, Module};
+
+/// One line of `/proc/PID/maps`.
+pub(crate) struct MapsLine<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub perms: &'a str,
+    pub offset: u64,
+    /// The file's path, or `[heap]`, `[stack]`, `[anon:NAME]`; empty for
+    /// plain anonymous memory.
+    pub path: String,
+}
+
+/// The lines of the text of `/proc/PID/maps` (`START-END PERMS OFFSET DEV
+/// INODE [PATH]`), in address order; a line that does not parse is left
+/// out.
+pub(crate) fn maps_lines(text: &str) -> impl Iterator<Item = MapsLine<'_>> {
+    text.lines().filter_map(|line| {
+        let mut fields = line.split_ascii_whitespace();
+        let (range, perms, offset, _dev, _inode) =
+            (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+        let (start, end) = range.split_once('-')?;
+        Some(MapsLine {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            perms,
+            offset: u64::from_str_radix(offset, 16).ok()?,
+            // A path may hold spaces.
+            path: fields.collect::<Vec<_>>().join(" "),
+        })
+    })
+}
 
 /// Parses the text of `/proc/PID/maps` into file-backed modules, in order of
 /// first mapping. Anonymous and special mappings (`[heap]`, `[stack]`) are
 /// left out: they belong to no file to symbolize.
 pub fn parse_maps(text: &str) -> Vec<Module> {
     let mut modules: Vec<Module> = Vec::new();
-    for line in text.lines() {
-        let mut fields = line.split_ascii_whitespace();
-        let (Some(range), Some(perms), Some(offset), Some(_dev), Some(_inode)) =
-            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
-        else {
-            continue;
-        };
-        let path: String = fields.collect::<Vec<_>>().join(" ");
-        if !path.starts_with('/') {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(start), Ok(end), Ok(file_offset)) =
-            (u64::from_str_radix(start, 16), u64::from_str_radix(end, 16), u64::from_str_radix(offset, 16))
-        else {
-            continue;
-        };
-        let r = MappedRange { start, end, file_offset, perms: perms.to_string() };
-        match modules.iter_mut().find(|m| m.path == path) {
+    for line in maps_lines(text).filter(|l| l.path.starts_with('/')) {
+        let r =
+            MappedRange { start: line.start, end: line.end, file_offset: line.offset, perms: line.perms.to_string() };
+        match modules.iter_mut().find(|m| m.path == line.path) {
             Some(m) => m.ranges.push(r),
-            None => modules.push(Module { path, build_id: None, ranges: vec![r] }),
+            None => modules.push(Module { path: line.path, build_id: None, ranges: vec![r] }),
         }
     }
     modules
@@ -43,23 +58,9 @@ pub fn parse_maps(text: &str) -> Vec<Module> {
 /// (locale data, which is no ELF file). They name the memory a program
 /// allocated before a recording began.
 pub fn parse_data_mappings(text: &str, is_module: impl Fn(&str) -> bool) -> Vec<DataMapping> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_ascii_whitespace();
-            let range = fields.next()?;
-            // Permissions, offset, device, inode; then the path or name.
-            let name = fields.nth(4).map(|first| std::iter::once(first).chain(fields).collect::<Vec<_>>().join(" "));
-            let name = name.unwrap_or_default();
-            if is_module(&name) {
-                return None;
-            }
-            let (start, end) = range.split_once('-')?;
-            Some(DataMapping {
-                start: u64::from_str_radix(start, 16).ok()?,
-                end: u64::from_str_radix(end, 16).ok()?,
-                name,
-            })
-        })
+    maps_lines(text)
+        .filter(|l| !is_module(&l.path))
+        .map(|l| DataMapping { start: l.start, end: l.end, name: l.path })
         .collect()
 }
 
@@ -105,13 +106,7 @@ impl MapWatch {
 /// Every mapping of `pid`, as `[start, end)` in address order.
 pub fn mapped_ranges(pid: i32) -> std::io::Result<Vec<(u64, u64)>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let (start, end) = l.split_ascii_whitespace().next()?.split_once('-')?;
-            Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
-        })
-        .collect())
+    Ok(maps_lines(&text).map(|l| (l.start, l.end)).collect())
 }
 
 /// Reads and parses the memory map of `pid`.

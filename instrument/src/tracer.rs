@@ -857,6 +857,13 @@ impl Tracer {
         });
         self.writer.add_modules(&modules);
         self.module_paths.extend(modules.into_iter().map(|m| m.path));
+        // Without the watch, the data mappings are read at the first
+        // invocation only. Its first look takes the size before the read,
+        // so that a change after the read is seen.
+        self.map_watch = maps::MapWatch::open(self.pid).ok();
+        if let Some(watch) = self.map_watch.as_mut() {
+            watch.changed();
+        }
         self.record_mappings()
     }
 
@@ -877,19 +884,11 @@ impl Tracer {
 
     /// Writes the target's mappings of no module (the heap, stacks,
     /// anonymous memory, data files) that differ from every one written
-    /// before: what
-    /// the traced function reads of blocks allocated before it began (the
-    /// recorder saw no allocation of them) has no other name. The heap
-    /// grows between invocations, so each new extent is written once.
+    /// before: what the traced function reads of blocks allocated before it
+    /// began (the recorder saw no allocation of them) has no other name.
+    /// The heap grows between invocations, so each new extent is written
+    /// once.
     fn record_mappings(&mut self) -> Result<(), InstrumentError> {
-        if self.map_watch.is_none() {
-            // Without it, the map is read at the first invocation only.
-            self.map_watch = maps::MapWatch::open(self.pid).ok();
-            if let Some(watch) = self.map_watch.as_mut() {
-                // The size now, before the read: a change after it is seen.
-                watch.changed();
-            }
-        }
         let modules = &self.module_paths;
         let mappings = maps::read_data_mappings(self.pid, |path| modules.contains(path))
             .map_err(ptrace_err("reading the target's memory map"))?;
